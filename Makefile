@@ -1,0 +1,47 @@
+# Every target sets up what it needs into .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch: a pinned version keeps pip from resolving a CUDA build on machines
+# without a GPU. Users with CUDA set TORCH_SPEC (for example TORCH_SPEC="torch") themselves.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,ray
+STAMP  := $(VENV)/.myriad-installed-$(subst $(comma),-,$(EXTRAS))
+comma  := ,
+
+.PHONY: install install-gpu demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+install: $(STAMP)
+
+# GPU faiss without two copies of the `faiss` module: remove faiss-cpu, then install faiss-gpu
+# alone (see docs/install.md).
+install-gpu: $(STAMP)
+	$(BIN)/pip install -q -e ".[gpu]"
+	$(BIN)/pip uninstall -q -y faiss-cpu faiss-gpu
+	$(BIN)/pip install -q --no-deps faiss-gpu
+	$(BIN)/myriad doctor
+
+# The main job on the built-in default.
+demo: $(STAMP)
+	$(BIN)/myriad bench envs --quick
+
+test: $(STAMP)
+	$(BIN)/ruff check myriad tests benchmarks
+	$(BIN)/python -m pytest -n 2 -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check myriad tests benchmarks
+	$(BIN)/ruff format --check myriad tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/myriad bench envs
+	$(BIN)/myriad bench knn
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

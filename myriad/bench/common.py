@@ -1,0 +1,58 @@
+"""Shared pieces of the ``myriad bench`` commands: machine facts, JSON output, tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from myriad import __version__
+
+
+def machine_info(device: str = "cpu") -> dict[str, Any]:
+    """Facts that a benchmark figure depends on."""
+    info: dict[str, Any] = {
+        "myriad": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    """Print rows as a rich table."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(
+            *[escape(f"{v:,.0f}" if isinstance(v, float) and v >= 100 else str(v)) for v in row]
+        )
+    Console().print(table)

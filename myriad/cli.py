@@ -1,0 +1,142 @@
+"""The ``myriad`` command. Thin: parses arguments and hands over to library code.
+
+myriad envs                      list registered environments, spaces and entropy features
+myriad envs check NAME [...]     verify the VecEnv contract of an environment
+myriad bench envs|knn [...]      throughput benchmarks (JSON + table)
+myriad doctor                    installed components, faiss CPU/GPU, CUDA
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable
+
+BENCHMARKS = {"envs": "myriad.bench.envs", "knn": "myriad.bench.knn"}
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    from myriad.envs import make, names
+    from myriad.envs.registry import entry
+
+    if args.action == "check":
+        return _check_envs(args)
+    from myriad.bench.common import print_table
+
+    rows = []
+    for name in names():
+        e = entry(name)
+        try:
+            env = make(name, 1, "cpu")
+        except Exception as exc:  # an env whose optional backend is missing is still listed
+            rows.append([name, e.family, "-", "-", f"unavailable: {exc}".split("\n")[0], "-"])
+            continue
+        with env:
+            feats = ", ".join(env.features.names)
+            if len(feats) > 40:
+                feats = feats[:37] + "..."
+            rows.append([name, e.family, env.obs_dim, env.action_dim, feats, env.max_episode_steps])
+    print_table(
+        "myriad environments (make(name, num_envs, device, **options))",
+        ["name", "family", "obs", "act", "entropy features", "time limit"],
+        rows,
+    )
+    return 0
+
+
+def _check_envs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from myriad.envs import make, names
+    from myriad.envs.checker import run_checks
+
+    console = Console()
+    targets = names() if args.all else args.names
+    if not targets:
+        console.print("give env names or --all")
+        return 2
+    status = 0
+    for name in targets:
+        env = make(name, args.num_envs, args.device)
+        with env:
+            report = run_checks(env, steps=args.steps, seed=args.seed)
+        mark = "[green]ok[/green]" if report.ok else "[red]FAILED[/red]"
+        console.print(f"{name}: {mark}")
+        for check, ok, detail in report.rows:
+            console.print(f"  {'✓' if ok else '✗'} {check}" + ("" if ok else f": {detail}"))
+        status |= 0 if report.ok else 1
+    return status
+
+
+def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
+    module = importlib.import_module(BENCHMARKS[args.which])
+    return int(module.main(rest))
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from myriad.utils.doctor import report
+
+    text, ok = report()
+    print(text)
+    return 0 if ok else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="myriad", description="Populations of policies at scale (K-Myriad, CPO)."
+    )
+    from myriad import __version__
+
+    parser.add_argument("--version", action="version", version=f"myriad {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    envs = sub.add_parser("envs", help="list environments or check their contract")
+    envs.add_argument("action", nargs="?", choices=["list", "check"], default="list")
+    envs.add_argument("names", nargs="*", help="env names to check")
+    envs.add_argument("--all", action="store_true", help="check every registered env")
+    envs.add_argument("--num-envs", type=int, default=8)
+    envs.add_argument("--device", default="cpu")
+    envs.add_argument("--steps", type=int, default=64)
+    envs.add_argument("--seed", type=int, default=0)
+
+    bench = sub.add_parser("bench", help="benchmarks; extra flags go to the benchmark")
+    bench.add_argument("which", choices=sorted(BENCHMARKS))
+
+    sub.add_parser("doctor", help="report installed components (faiss CPU/GPU, CUDA, extras)")
+    return parser
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors caused by what the user asked for: shown as one line, not a traceback."""
+    from myriad.envs.base import ActionError
+    from myriad.envs.layout import LayoutError
+    from myriad.envs.registry import UnknownEnvError
+    from myriad.utils.optional import MissingDependencyError
+
+    return (UnknownEnvError, LayoutError, ActionError, MissingDependencyError, FileNotFoundError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except _user_errors() as exc:
+        print(f"myriad: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(argv: list[str]) -> int:
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    handlers: dict[str, Callable[[], int]] = {
+        "envs": lambda: _cmd_envs(args),
+        "bench": lambda: _cmd_bench(args, rest),
+        "doctor": lambda: _cmd_doctor(args),
+    }
+    if rest and args.command != "bench":
+        parser.error(f"unrecognised arguments: {' '.join(rest)}")
+    return handlers[args.command]()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

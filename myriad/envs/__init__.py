@@ -1,0 +1,16 @@
+"""Batched environments: the VecEnv contract, the registry and the built-in families."""
+
+from myriad.envs.base import ActionError, FeatureSpec, TensorVecEnv, VecEnv, validate_actions
+from myriad.envs.registry import UnknownEnvError, make, names, register
+
+__all__ = [
+    "ActionError",
+    "FeatureSpec",
+    "TensorVecEnv",
+    "UnknownEnvError",
+    "VecEnv",
+    "make",
+    "names",
+    "register",
+    "validate_actions",
+]

@@ -1,0 +1,274 @@
+"""The VecEnv contract: batched environments as torch tensors on one device.
+
+Every backend (torch navigation, MuJoCo, MuJoCo Warp, Gymnasium, Isaac, Ray) implements
+:class:`VecEnv`. Environments written as batched torch code derive from :class:`TensorVecEnv`,
+which implements the parts of the contract that are the same for all of them: action validation,
+episode time limits, auto-reset with ``info["final_obs"]``, and episode statistics.
+
+Shapes: ``E`` environments, observation dimension ``O``, action dimension ``A``, entropy-feature
+dimension ``p``.
+
+``step`` returns ``obs [E, O]``, ``reward [E]``, ``terminated [E]``, ``truncated [E]`` and an
+``info`` dict with at least:
+
+- ``final_obs [E, O]``: the observation reached by this step, before any reset. Equal to ``obs``
+  where the episode goes on; for envs that ended it is the last observation of the episode, so a
+  truncated episode can be bootstrapped with ``V(final_obs)``.
+- ``features [E, p]``: the entropy features of the state reached by this step (before reset).
+- ``done [E]``: ``terminated | truncated``.
+- ``episode_return [E]`` and ``episode_length [E]``: the return and length of episodes that
+  ended at this step (zeros elsewhere; select them with ``done``).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from myriad.utils.seeding import make_generator
+
+StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
+
+
+class ActionError(ValueError):
+    """Actions passed to ``step`` have the wrong shape, device, dtype or contain NaN."""
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """The state features on which entropy and coverage are measured.
+
+    Attributes:
+        names: one name per feature dimension, e.g. ``("x", "y")``.
+        low, high: bounds of each feature; the features of every reachable state lie inside.
+        cells: grid resolution per dimension for coverage (FORMULAS 10).
+        reachable: optional bool grid of shape ``cells`` (one axis per feature, in feature
+            order), ``True`` for cells a state can occupy. None: every cell counts.
+    """
+
+    names: tuple[str, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    cells: tuple[int, ...] = ()
+    reachable: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not (len(self.names) == len(self.low) == len(self.high)):
+            raise ValueError(
+                f"FeatureSpec: names, low and high need one entry per feature, got "
+                f"{len(self.names)}, {len(self.low)}, {len(self.high)}"
+            )
+        if any(h <= lo for lo, h in zip(self.low, self.high)):
+            raise ValueError(f"FeatureSpec: every high must exceed low, got {self.low} {self.high}")
+        if self.cells and len(self.cells) != len(self.names):
+            raise ValueError(f"FeatureSpec: cells needs one entry per feature, got {self.cells}")
+        if self.reachable is not None and tuple(self.reachable.shape) != tuple(self.cells):
+            raise ValueError(
+                f"FeatureSpec: reachable grid has shape {self.reachable.shape}, expected "
+                f"cells {self.cells} (one axis per feature, in feature order)"
+            )
+
+    @property
+    def dim(self) -> int:
+        return len(self.names)
+
+    def bounds(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(low [p], high [p])`` as float32 tensors on ``device``."""
+        return (
+            torch.tensor(self.low, dtype=torch.float32, device=device),
+            torch.tensor(self.high, dtype=torch.float32, device=device),
+        )
+
+
+class VecEnv(abc.ABC):
+    """A batch of ``num_envs`` environments stepped together on one torch device.
+
+    Attributes:
+        num_envs: number of environments ``E``.
+        device: the device of every tensor going in and out.
+        single_observation_space: ``gymnasium.spaces.Box`` of one observation ``[O]``.
+        single_action_space: ``gymnasium.spaces.Box`` of one action ``[A]`` in ``[-1, 1]``.
+        features: the entropy features and their bounds.
+        max_episode_steps: episodes are truncated after this many steps.
+        name: registry name of the environment (set by :func:`myriad.envs.make`).
+    """
+
+    num_envs: int
+    device: torch.device
+    single_observation_space: gym.spaces.Box
+    single_action_space: gym.spaces.Box
+    features: FeatureSpec
+    max_episode_steps: int
+    name: str = ""
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every environment; returns ``obs [E, O]``. Same seed, same observations."""
+
+    @abc.abstractmethod
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """Advance every environment by one step with ``actions [E, A]`` in ``[-1, 1]``.
+
+        Environments whose episode ends are reset inside ``step``; see the module docstring for
+        the ``info`` keys.
+        """
+
+    @abc.abstractmethod
+    def current_features(self) -> torch.Tensor:
+        """Entropy features of the current states, ``[E, p]`` (after any reset)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most envs hold no resources
+        """Release resources (threads, simulators, remote workers)."""
+
+    @property
+    def obs_dim(self) -> int:
+        return int(self.single_observation_space.shape[0])
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.single_action_space.shape[0])
+
+    def describe(self) -> dict[str, Any]:
+        """A plain summary of the spaces and features (used by ``myriad envs``)."""
+        return {
+            "name": self.name,
+            "num_envs": self.num_envs,
+            "device": str(self.device),
+            "obs_dim": self.obs_dim,
+            "action_dim": self.action_dim,
+            "features": list(self.features.names),
+            "feature_low": list(self.features.low),
+            "feature_high": list(self.features.high),
+            "max_episode_steps": self.max_episode_steps,
+        }
+
+    def __enter__(self) -> VecEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, num_envs={self.num_envs}, "
+            f"obs_dim={self.obs_dim}, action_dim={self.action_dim}, device={self.device})"
+        )
+
+
+def validate_actions(
+    actions: torch.Tensor, num_envs: int, action_dim: int, device: torch.device
+) -> torch.Tensor:
+    """Check ``actions [E, A]`` and clip them to ``[-1, 1]``.
+
+    Out-of-range finite actions are clipped (Gaussian policies sample outside the box); wrong
+    shapes, devices, dtypes and NaN are errors, because clipping those would hide a bug.
+    """
+    if not isinstance(actions, torch.Tensor):
+        raise ActionError(
+            f"actions must be a torch.Tensor of shape [{num_envs}, {action_dim}] on {device}, "
+            f"got {type(actions).__name__}"
+        )
+    if tuple(actions.shape) != (num_envs, action_dim):
+        raise ActionError(
+            f"actions must have shape [{num_envs}, {action_dim}] (num_envs, action_dim), "
+            f"got {list(actions.shape)}"
+        )
+    if actions.device != device:
+        raise ActionError(f"actions are on {actions.device}, the env runs on {device}: use .to()")
+    if not actions.is_floating_point():
+        raise ActionError(f"actions must be floating point in [-1, 1], got dtype {actions.dtype}")
+    if torch.isnan(actions).any():
+        bad = torch.isnan(actions).any(dim=1).nonzero().flatten()[:8].tolist()
+        raise ActionError(f"actions contain NaN (first env indices: {bad}); check the policy")
+    return actions.clamp(-1.0, 1.0)
+
+
+class TensorVecEnv(VecEnv):
+    """Base for environments written as batched torch code.
+
+    Subclasses set the spaces, ``features`` and ``max_episode_steps`` and implement:
+
+    - ``_reset_envs(mask [E] bool)``: re-initialise the state of the masked envs, drawing
+      randomness from ``self.generator``.
+    - ``_advance(actions [E, A]) -> (reward [E], terminated [E])``: apply clipped actions.
+    - ``_observe() -> obs [E, O]`` and ``_features() -> [E, p]`` of the current state.
+
+    The base class owns time limits, auto-reset, ``final_obs`` and episode statistics.
+
+    Args:
+        num_envs: number of environments.
+        device: torch device of all state.
+        validate: check actions (shape, device, NaN) on every step. Costs one device sync per
+            step on CUDA; disable in tuned GPU loops once the policy is known to be sane.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu", validate: bool = True):
+        if int(num_envs) < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.validate = validate
+        self.generator = make_generator(0, self.device)
+        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        self.episode_return = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
+        self._all = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+
+    @abc.abstractmethod
+    def _reset_envs(self, mask: torch.Tensor) -> None: ...
+
+    @abc.abstractmethod
+    def _advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    @abc.abstractmethod
+    def _observe(self) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def _features(self) -> torch.Tensor: ...
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        if seed is not None:
+            self.generator = make_generator(seed, self.device)
+        self.episode_length.zero_()
+        self.episode_return.zero_()
+        self._reset_envs(self._all)
+        return self._observe()
+
+    def current_features(self) -> torch.Tensor:
+        return self._features()
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        if self.validate:
+            actions = validate_actions(actions, self.num_envs, self.action_dim, self.device)
+        else:
+            actions = actions.clamp(-1.0, 1.0)
+        reward, terminated = self._advance(actions)
+        self.episode_length += 1
+        self.episode_return += reward
+        truncated = (self.episode_length >= self.max_episode_steps) & ~terminated
+        done = terminated | truncated
+        final_obs = self._observe()
+        features = self._features()
+        info: dict[str, Any] = {
+            "final_obs": final_obs,
+            "features": features,
+            "done": done,
+            "episode_return": torch.where(done, self.episode_return, 0.0),
+            "episode_length": torch.where(done, self.episode_length, 0),
+        }
+        info.update(self._extra_info(done))
+        # Resetting every step with a mask keeps the loop free of host syncs; envs that are not
+        # done are untouched by the masked writes.
+        self._reset_envs(done)
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+        obs = self._observe()
+        return obs, reward, terminated, truncated, info
+
+    def _extra_info(self, done: torch.Tensor) -> dict[str, Any]:
+        """Env-specific info entries computed before the reset (e.g. success flags)."""
+        return {}

@@ -1,0 +1,135 @@
+"""The environment registry: ``make(name, num_envs, device, **options)``.
+
+Entries name a factory either as a callable or as a ``"module:attribute"`` string, so listing the
+registry never imports a heavy backend. Built-in families register themselves when their module is
+imported; :func:`make` and :func:`names` import them on first use.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from myriad.envs.base import VecEnv
+
+# Modules whose import registers built-in environments.
+BUILTIN_MODULES: tuple[str, ...] = ("myriad.envs.nav", "myriad.envs.gymnasium")
+
+
+class UnknownEnvError(KeyError):
+    """The requested name is not registered; the message lists what is."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; show it plainly
+        return str(self.args[0])
+
+
+@dataclass
+class EnvEntry:
+    """One registered environment.
+
+    Attributes:
+        name: registry name, e.g. ``"nav-maze"``.
+        factory: callable ``(num_envs, device, **options) -> VecEnv`` or ``"module:attr"``.
+        description: one line shown by ``myriad envs``.
+        defaults: options passed to the factory unless overridden in :func:`make`.
+        family: grouping shown by ``myriad envs`` (``"nav"``, ``"mujoco"``, ...).
+    """
+
+    name: str
+    factory: Callable[..., VecEnv] | str
+    description: str = ""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    family: str = ""
+
+    def resolve(self) -> Callable[..., VecEnv]:
+        if callable(self.factory):
+            return self.factory
+        module, _, attr = self.factory.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+_REGISTRY: dict[str, EnvEntry] = {}
+_builtins_loaded = False
+
+
+def register(
+    name: str,
+    factory: Callable[..., VecEnv] | str,
+    description: str = "",
+    family: str = "",
+    overwrite: bool = False,
+    **defaults: Any,
+) -> None:
+    """Add an environment to the registry.
+
+    Raises:
+        ValueError: ``name`` is taken and ``overwrite`` is False.
+    """
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(f"env {name!r} is already registered; pass overwrite=True to replace it")
+    _REGISTRY[name] = EnvEntry(name, factory, description, dict(defaults), family)
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+
+
+def names() -> list[str]:
+    """All registered environment names, sorted."""
+    _load_builtins()
+    return sorted(_REGISTRY)
+
+
+def entry(name: str) -> EnvEntry:
+    """The registry entry for ``name``; unknown names raise :class:`UnknownEnvError`."""
+    _load_builtins()
+    if name not in _REGISTRY:
+        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise UnknownEnvError(
+            f"unknown env {name!r}.{hint} Registered envs: {', '.join(sorted(_REGISTRY))}"
+        )
+    return _REGISTRY[name]
+
+
+def make(
+    name: str, num_envs: int = 1, device: torch.device | str = "cpu", **options: Any
+) -> VecEnv:
+    """Build ``num_envs`` copies of the environment ``name`` on ``device``.
+
+    Args:
+        name: a registered name (see ``myriad envs`` or :func:`names`).
+        num_envs: number of parallel environments.
+        device: torch device for every tensor the env returns.
+        **options: env-specific options overriding the registered defaults.
+
+    Raises:
+        UnknownEnvError: ``name`` is not registered (the message lists registered names).
+        TypeError: an option is not accepted by the env (the message lists accepted options).
+    """
+    e = entry(name)
+    factory = e.resolve()
+    kwargs = {**e.defaults, **options}
+    params = inspect.signature(factory).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    if not takes_any:
+        accepted = [p for p in params if p not in ("num_envs", "device")]
+        unknown = sorted(set(kwargs) - set(accepted))
+        if unknown:
+            raise TypeError(
+                f"env {name!r} does not accept option(s) {unknown}; accepted: {accepted}"
+            )
+    env = factory(num_envs=num_envs, device=device, **kwargs)
+    env.name = name
+    return env

@@ -1,0 +1,1 @@
+"""Small helpers shared across myriad: optional imports, seeding, devices."""
