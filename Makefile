@@ -6,8 +6,8 @@ BIN    := $(VENV)/bin
 # without a GPU. Users with CUDA set TORCH_SPEC (for example TORCH_SPEC="torch") themselves.
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,ray
-STAMP  := $(VENV)/.myriad-installed-$(subst $(comma),-,$(EXTRAS))
 comma  := ,
+STAMP  := $(VENV)/.myriad-installed-$(subst $(comma),-,$(EXTRAS))
 
 .PHONY: install install-gpu demo test lint bench clean
 
@@ -32,12 +32,12 @@ demo: $(STAMP)
 	$(BIN)/myriad bench envs --quick
 
 test: $(STAMP)
-	$(BIN)/ruff check myriad tests benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 -q tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check myriad tests benchmarks
-	$(BIN)/ruff format --check myriad tests benchmarks
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
 	$(BIN)/myriad bench envs
