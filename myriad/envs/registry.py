@@ -19,7 +19,11 @@ import torch
 from myriad.envs.base import VecEnv
 
 # Modules whose import registers built-in environments.
-BUILTIN_MODULES: tuple[str, ...] = ("myriad.envs.nav", "myriad.envs.gymnasium")
+BUILTIN_MODULES: tuple[str, ...] = (
+    "myriad.envs.nav",
+    "myriad.envs.gymnasium",
+    "myriad.envs.mujoco",
+)
 
 
 class UnknownEnvError(KeyError):
