@@ -1,0 +1,235 @@
+"""Rollout collection: step a VecEnv with a population model and fill a RolloutStorage.
+
+The step loop runs on the device end to end: no Python loop over environments, no ``.item()``,
+no host copies. Episode statistics are accumulated per member on the device and read once per
+rollout by :meth:`EpisodeTracker.summary`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from myriad.envs.base import VecEnv
+from myriad.nn.population import PopulationActorCritic, block_members, is_blocked
+from myriad.rl.storage import RolloutStorage
+
+
+class EpisodeTracker:
+    """Sums of returns and lengths of finished episodes, per member, kept on the device.
+
+    Args:
+        num_members: M.
+        device: where the accumulators live.
+        per_member: :meth:`summary` also reports each member's means.
+    """
+
+    def __init__(
+        self, num_members: int, device: torch.device | str, per_member: bool = True
+    ) -> None:
+        self.num_members = num_members
+        self.per_member = per_member
+        self.sums = torch.zeros(3, num_members, dtype=torch.float64, device=device)
+
+    def record(
+        self,
+        member: torch.Tensor,
+        done: torch.Tensor,
+        episode_return: torch.Tensor,
+        episode_length: torch.Tensor,
+    ) -> None:
+        """Fold in the episodes that ended at this step (all ``[E]``; no host sync)."""
+        mask = done.to(torch.float64)
+        rows = torch.stack(
+            [episode_return.to(torch.float64) * mask, episode_length.to(torch.float64) * mask, mask]
+        )
+        self.sums.index_add_(1, member, rows)
+
+    def summary(self, reset: bool = True) -> dict[str, float]:
+        """Mean return and length of the episodes finished since the last reset.
+
+        Keys: ``episode/return``, ``episode/length``, ``episode/count`` and, per member with at
+        least one finished episode, ``episode/return/member_{i}``. Means are absent while no
+        episode has finished. Reads the accumulators from the device once.
+        """
+        ret, length, count = self.sums.tolist()
+        if reset:
+            self.sums.zero_()
+        total = sum(count)
+        out: dict[str, float] = {"episode/count": float(total)}
+        if total > 0:
+            out["episode/return"] = sum(ret) / total
+            out["episode/length"] = sum(length) / total
+        if self.per_member and self.num_members > 1:
+            for i, (r, c) in enumerate(zip(ret, count)):
+                if c > 0:
+                    out[f"episode/return/member_{i}"] = r / c
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sums": self.sums.detach().cpu().clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sums.copy_(state["sums"])
+
+
+def env_state_dict(env: VecEnv) -> dict[str, Any]:
+    """The resumable state of ``env``.
+
+    Uses ``env.state_dict()`` when the env defines it. Otherwise captures every tensor
+    attribute and the ``generator`` of the env, which is the whole state of torch envs that keep
+    their state in tensors (as :class:`~myriad.envs.base.TensorVecEnv` subclasses do); envs
+    holding state elsewhere should define ``state_dict`` / ``load_state_dict``.
+    """
+    if callable(getattr(env, "state_dict", None)):
+        return {"state_dict": env.state_dict()}
+    tensors = {k: v.detach().cpu().clone() for k, v in vars(env).items() if torch.is_tensor(v)}
+    state: dict[str, Any] = {"tensors": tensors}
+    generator = getattr(env, "generator", None)
+    if isinstance(generator, torch.Generator):
+        state["generator"] = generator.get_state()
+    return state
+
+
+def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> None:
+    """Restore a state captured by :func:`env_state_dict`."""
+    if "state_dict" in state:
+        env.load_state_dict(state["state_dict"])  # type: ignore[attr-defined]
+        return
+    for name, value in state["tensors"].items():
+        current = getattr(env, name, None)
+        if torch.is_tensor(current) and current.shape == value.shape:
+            current.copy_(value)
+        else:
+            device = current.device if torch.is_tensor(current) else env.device
+            setattr(env, name, value.to(device))
+    if "generator" in state:
+        env.generator.set_state(state["generator"])  # type: ignore[attr-defined]
+
+
+class RolloutCollector:
+    """Runs T steps of ``env`` with ``model`` into a :class:`RolloutStorage`.
+
+    Args:
+        env: the batched environments, ``E = env.num_envs``.
+        model: the population; member ``i`` acts in the envs where ``member == i``.
+        member: ``[E]`` long (default: M contiguous equal blocks, see
+            :func:`~myriad.nn.population.block_members`).
+        generator: randomness of action sampling (None: torch's global generator).
+        bootstrap_truncated: evaluate V(final_obs) each step so truncated episodes are
+            bootstrapped (one extra critic pass per step).
+        per_member_stats: report each member's episode return (default: when M <= 16, so large
+            populations do not flood the logs).
+        store_transitions: also keep, per step, ``next_obs`` (``info["final_obs"]``: the
+            observation reached before any reset) and ``state_features`` (entropy features of
+            the state the action was taken in), as storage extras; datasets need both.
+    """
+
+    def __init__(
+        self,
+        env: VecEnv,
+        model: PopulationActorCritic,
+        member: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        bootstrap_truncated: bool = True,
+        per_member_stats: bool | None = None,
+        store_transitions: bool = False,
+    ) -> None:
+        self.env = env
+        self.store_transitions = store_transitions
+        self.model = model
+        m = model.num_members
+        self.member = (
+            block_members(env.num_envs, m, env.device) if member is None else member.long()
+        )
+        if self.member.shape != (env.num_envs,):
+            raise ValueError(f"member must have shape [{env.num_envs}], got {self.member.shape}")
+        self.blocked = is_blocked(self.member, m)
+        self.generator = generator
+        self.bootstrap_truncated = bootstrap_truncated
+        per_member = m <= 16 if per_member_stats is None else per_member_stats
+        self.episodes = EpisodeTracker(m, env.device, per_member)
+        self.obs: torch.Tensor | None = None
+
+    def make_storage(self, num_steps: int, **options: Any) -> RolloutStorage:
+        """A storage shaped for this collector's env, model and member layout."""
+        feature_dim = self.env.features.dim if getattr(self.env, "features", None) else 0
+        options.setdefault("feature_dim", feature_dim)
+        storage = RolloutStorage(
+            num_steps,
+            self.member,
+            self.env.obs_dim,
+            self.env.action_dim,
+            num_members=self.model.num_members,
+            **options,
+        )
+        if self.store_transitions:
+            storage.register_field("next_obs", (self.env.obs_dim,))
+            storage.register_field("state_features", (feature_dim,))
+        return storage
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset the envs (``seed`` as in ``VecEnv.reset``); returns ``obs [E, O]``."""
+        self.obs = self.env.reset(seed)
+        return self.obs
+
+    @torch.no_grad()
+    def collect(self, storage: RolloutStorage) -> None:
+        """Fill ``storage`` with ``storage.num_steps`` steps and the bootstrap ``last_values``."""
+        if self.obs is None:
+            self.reset()
+        obs = self.obs
+        model, member, blocked, env = self.model, self.member, self.blocked, self.env
+        storage.clear()
+        for _ in range(storage.num_steps):
+            out = model.act(obs, member, self.generator, blocked=blocked)
+            extras = {"state_features": env.current_features()} if self.store_transitions else {}
+            next_obs, reward, terminated, truncated, info = env.step(out.actions)
+            if self.store_transitions:
+                extras["next_obs"] = info["final_obs"]
+            truncation_value = (
+                model.value(info["final_obs"], member, blocked)
+                if self.bootstrap_truncated
+                else None
+            )
+            storage.add(
+                obs=obs,
+                actions=out.actions,
+                log_prob=out.log_prob,
+                value=out.value,
+                reward=reward,
+                terminated=terminated,
+                truncated=truncated,
+                truncation_value=truncation_value,
+                features=info.get("features"),
+                mean=out.mean,
+                log_std=out.log_std,
+                **extras,
+            )
+            done = info.get("done")
+            if done is None:
+                done = terminated | truncated
+            self.episodes.record(member, done, info["episode_return"], info["episode_length"])
+            obs = next_obs
+        storage.last_values.copy_(model.value(obs, member, blocked))
+        self.obs = obs
+
+    def state_dict(self) -> dict[str, Any]:
+        """Current observations, episode accumulators, sampling generator and env state."""
+        state: dict[str, Any] = {
+            "obs": None if self.obs is None else self.obs.detach().cpu().clone(),
+            "episodes": self.episodes.state_dict(),
+            "env": env_state_dict(self.env),
+        }
+        if self.generator is not None:
+            state["generator"] = self.generator.get_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_env_state_dict(self.env, state["env"])
+        obs = state["obs"]
+        self.obs = None if obs is None else obs.to(self.env.device)
+        self.episodes.load_state_dict(state["episodes"])
+        if self.generator is not None and "generator" in state:
+            self.generator.set_state(state["generator"])

@@ -1,0 +1,303 @@
+"""PPO over a shared rollout, structured so other algorithms add loss terms, not loops.
+
+:meth:`PPO.update` owns the epochs-over-minibatches loop. Each minibatch goes through
+:meth:`PPO.loss`, which evaluates the model once (:meth:`PPO.evaluate`), builds the PPO terms
+(:meth:`PPO.ppo_loss`, with advantages from :meth:`PPO.advantages`) and adds every extra
+:class:`LossTerm`. An algorithm built on PPO either passes extra terms (for example a KL penalty
+toward a leader) or overrides ``advantages`` / ``loss`` and calls ``super()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from myriad.nn.population import Evaluation, PopulationActorCritic
+from myriad.rl.losses import (
+    adaptive_lr,
+    approx_kl,
+    clip_fraction,
+    clipped_surrogate,
+    clipped_value_loss,
+    entropy_bonus,
+    exact_gaussian_kl,
+    explained_variance,
+    normalize_advantages,
+)
+from myriad.rl.storage import Batch, RolloutStorage
+
+SCHEDULES = ("adaptive", "fixed")
+ADVANTAGE_NORMALIZATIONS = ("member", "batch", "none")
+KL_ESTIMATORS = ("exact", "approx")
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters.
+
+    Attributes:
+        clip: ratio clip range c (policy surrogate).
+        epochs: passes over each rollout.
+        minibatches: minibatches per pass.
+        lr: initial Adam learning rate.
+        gamma, lam: discount and GAE lambda.
+        value_coef: weight of the value loss.
+        entropy_coef: entropy bonus weight, one float or one per member.
+        max_grad_norm: global gradient-norm clip.
+        desired_kl: target KL of the adaptive schedule.
+        schedule: ``"adaptive"`` (KL-driven learning rate) or ``"fixed"``.
+        value_clip: clip range of the value loss around the behaviour values (None: unclipped).
+        advantage_normalization: ``"member"`` (per member, per minibatch), ``"batch"`` or
+            ``"none"``.
+        member_major: member-major minibatches (model fast path) when the env layout allows.
+        kl_estimator: KL driving the adaptive schedule: ``"exact"`` Gaussian KL from the stored
+            behaviour distribution (falls back to ``"approx"`` when it is not stored) or
+            ``"approx"`` (``(r - 1) - log r``).
+        lr_factor, min_lr, max_lr: step and bounds of the adaptive schedule.
+        adam_eps: Adam epsilon.
+        update_obs_norm: fold each rollout's observations into the model's observation
+            statistics after the update, so the ratios of an update are computed under the same
+            normalisation as the rollout.
+    """
+
+    clip: float = 0.2
+    epochs: int = 5
+    minibatches: int = 4
+    lr: float = 3e-4
+    gamma: float = 0.99
+    lam: float = 0.95
+    value_coef: float = 1.0
+    entropy_coef: float | Sequence[float] = 0.0
+    max_grad_norm: float = 1.0
+    desired_kl: float = 0.01
+    schedule: str = "adaptive"
+    value_clip: float | None = 0.2
+    advantage_normalization: str = "member"
+    member_major: bool = True
+    kl_estimator: str = "exact"
+    lr_factor: float = 1.5
+    min_lr: float = 1e-5
+    max_lr: float = 1e-2
+    adam_eps: float = 1e-8
+    update_obs_norm: bool = True
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("schedule", self.schedule, SCHEDULES),
+            ("advantage_normalization", self.advantage_normalization, ADVANTAGE_NORMALIZATIONS),
+            ("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"PPOConfig.{name} must be one of {allowed}, got {value!r}")
+        if self.epochs < 1 or self.minibatches < 1:
+            raise ValueError(
+                f"epochs and minibatches must be >= 1, got {self.epochs}, {self.minibatches}"
+            )
+
+
+class LossTerm(Protocol):
+    """An extra loss term: ``(algorithm, batch, evaluation) -> (loss, stats)``.
+
+    ``evaluation`` is the model's output on the batch (shared with the PPO terms); ``stats`` are
+    detached scalars averaged and logged by :meth:`PPO.update`.
+    """
+
+    def __call__(
+        self, algorithm: PPO, batch: Batch, evaluation: Evaluation
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
+
+class PPO:
+    """Clipped PPO for a :class:`PopulationActorCritic`.
+
+    Args:
+        model: the population.
+        config: hyperparameters.
+        extra_terms: loss terms added to every minibatch loss.
+        generator: randomness of the minibatch shuffling (None: torch's global generator).
+        optimizer: default Adam over all model parameters.
+    """
+
+    def __init__(
+        self,
+        model: PopulationActorCritic,
+        config: PPOConfig | None = None,
+        *,
+        extra_terms: Iterable[LossTerm] = (),
+        generator: torch.Generator | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
+        self.model = model
+        self.config = config or PPOConfig()
+        self.extra_terms = list(extra_terms)
+        self.generator = generator
+        self.optimizer = optimizer or torch.optim.Adam(
+            model.parameters(), lr=self.config.lr, eps=self.config.adam_eps
+        )
+        self.lr = float(self.config.lr)
+        self.set_lr(self.lr)
+        self.entropy_coef = torch.zeros(model.num_members, device=model.log_std.device)
+        self.set_entropy_coef(self.config.entropy_coef)
+
+    @property
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def set_lr(self, lr: float) -> None:
+        self.lr = float(lr)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+
+    def set_entropy_coef(self, coef: float | Sequence[float] | torch.Tensor) -> None:
+        """One coefficient for all members, or ``[M]`` per-member coefficients."""
+        if not isinstance(coef, (torch.Tensor, int, float)):
+            coef = [float(c) for c in coef]  # YAML / OmegaConf lists
+        coef_t = torch.as_tensor(coef, dtype=torch.float32).to(self.entropy_coef.device)
+        if coef_t.ndim == 1 and coef_t.shape[0] != self.model.num_members:
+            raise ValueError(
+                f"entropy_coef has {coef_t.shape[0]} entries for {self.model.num_members} members"
+            )
+        self.entropy_coef.copy_(coef_t.expand_as(self.entropy_coef))
+
+    # ---------------------------------------------------------------- hooks
+
+    def prepare(self, storage: RolloutStorage) -> None:
+        """Before the epochs: GAE, then value-normaliser statistics from the new returns."""
+        storage.compute_returns(self.config.gamma, self.config.lam)
+        if self.model.value_norm is not None:
+            self.model.value_norm.update(storage.returns)
+
+    def finish(self, storage: RolloutStorage) -> None:
+        """After the epochs: observation statistics from the rollout just learned from."""
+        if self.config.update_obs_norm:
+            self.model.update_obs_norm(storage.obs)
+
+    def evaluate(self, batch: Batch) -> Evaluation:
+        return self.model.evaluate(batch.obs, batch.member, batch.actions, blocked=batch.blocked)
+
+    def advantages(self, batch: Batch) -> torch.Tensor:
+        """The advantages entering the surrogate, ``[B]`` (normalised as configured)."""
+        mode = self.config.advantage_normalization
+        if mode == "none":
+            return batch.advantages
+        member = batch.member if mode == "member" else None
+        return normalize_advantages(
+            batch.advantages, member, batch.num_members, blocked=batch.blocked
+        )
+
+    def _value_scale(self, v: torch.Tensor) -> torch.Tensor:
+        """Values in the critic's training scale (normalised when value normalisation is on)."""
+        vn = self.model.value_norm
+        return v if vn is None else vn.normalize(v)
+
+    def ppo_loss(
+        self, batch: Batch, evaluation: Evaluation
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Clipped surrogate + value loss - entropy bonus on one minibatch."""
+        cfg = self.config
+        surrogate = clipped_surrogate(
+            evaluation.log_prob, batch.log_probs, self.advantages(batch), cfg.clip
+        ).mean()
+        value_loss = clipped_value_loss(
+            self._value_scale(evaluation.value),
+            self._value_scale(batch.values),
+            self._value_scale(batch.returns),
+            cfg.value_clip,
+        ).mean()
+        bonus = entropy_bonus(evaluation.entropy, batch.member, self.entropy_coef)
+        loss = surrogate + cfg.value_coef * value_loss - bonus
+        with torch.no_grad():
+            stats = {
+                "policy_loss": surrogate.detach(),
+                "value_loss": value_loss.detach(),
+                "entropy": evaluation.entropy.mean(),
+                "approx_kl": approx_kl(evaluation.log_prob, batch.log_probs),
+                "clip_fraction": clip_fraction(evaluation.log_prob, batch.log_probs, cfg.clip),
+            }
+            if cfg.kl_estimator == "exact" and batch.means is not None:
+                stats["kl"] = exact_gaussian_kl(
+                    batch.means, batch.log_stds, evaluation.mean, evaluation.log_std
+                )
+            else:
+                stats["kl"] = stats["approx_kl"]
+        return loss, stats
+
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Total minibatch loss and its detached scalar stats."""
+        evaluation = self.evaluate(batch)
+        loss, stats = self.ppo_loss(batch, evaluation)
+        for term in self.extra_terms:
+            extra, extra_stats = term(self, batch, evaluation)
+            loss = loss + extra
+            stats.update(extra_stats)
+        stats["loss"] = loss.detach()
+        return loss, stats
+
+    # ---------------------------------------------------------------- the loop
+
+    def update(self, storage: RolloutStorage) -> dict[str, float]:
+        """Run the configured epochs over ``storage``'s rollout; returns mean stats.
+
+        With the adaptive schedule the learning rate is adjusted before each optimiser step
+        from that minibatch's KL, which reads one scalar from the device per minibatch; nothing
+        else leaves the device until the stats are averaged at the end.
+        """
+        cfg = self.config
+        self.prepare(storage)
+        member_major = cfg.member_major and storage.equal_counts
+        sums: dict[str, torch.Tensor] = {}
+        count = 0
+        for _ in range(cfg.epochs):
+            for batch in storage.minibatches(cfg.minibatches, member_major, self.generator):
+                loss, stats = self.loss(batch)
+                if cfg.schedule == "adaptive":
+                    self.set_lr(
+                        adaptive_lr(
+                            self.lr,
+                            float(stats["kl"]),
+                            cfg.desired_kl,
+                            cfg.lr_factor,
+                            cfg.min_lr,
+                            cfg.max_lr,
+                        )
+                    )
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(
+                    self.parameters, cfg.max_grad_norm
+                ).detach()
+                self.optimizer.step()
+                for key, value in stats.items():
+                    sums[key] = sums[key] + value if key in sums else value.clone()
+                count += 1
+        keys = sorted(sums)
+        means = (torch.stack([sums[k].float() for k in keys]) / count).tolist()
+        result = dict(zip(keys, means))
+        result["lr"] = self.lr
+        result["explained_variance"] = float(
+            explained_variance(storage.values.flatten(), storage.returns.flatten())
+        )
+        self.finish(storage)
+        return result
+
+    # ---------------------------------------------------------------- checkpointing
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "optimizer": self.optimizer.state_dict(),
+            "lr": self.lr,
+            "entropy_coef": self.entropy_coef.detach().cpu().clone(),
+        }
+        if self.generator is not None:
+            state["generator"] = self.generator.get_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.set_lr(state["lr"])
+        self.set_entropy_coef(state["entropy_coef"])
+        if self.generator is not None and "generator" in state:
+            self.generator.set_state(state["generator"])

@@ -1,0 +1,326 @@
+"""The runner base: the training loop, the run directory, checkpoints, logging and progress.
+
+A run directory holds::
+
+    config.yaml        the resolved config of the run
+    checkpoints/       iter_NNNNNN.pt, written atomically
+    events.out.tfevents.*   TensorBoard scalars
+    plots/             one PNG per scalar group, written when ``learn`` returns
+    summary.json       counters, throughput and the last value of every scalar
+
+Subclasses implement :meth:`RunnerBase.iteration` and list their stateful objects in
+:meth:`RunnerBase.state_objects`; the base owns :meth:`RunnerBase.learn`, checkpointing and
+exact resumption.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from omegaconf import OmegaConf
+
+from myriad.utils.checkpoint import (
+    atomic_write_text,
+    capture_rng_state,
+    check_resume_config,
+    checkpoint_path,
+    library_versions,
+    list_checkpoints,
+    load_checkpoint,
+    resolve_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from myriad.utils.logging import ScalarLogger, to_float
+
+
+def plain_config(config: Any) -> Any:
+    """A config (``DictConfig``, dataclass-free mappings, sequences) as plain Python values.
+
+    Mappings become dicts, sequences lists, and anything that is not a number, string, bool or
+    None its ``str``, so the result can go into YAML and into a ``weights_only`` checkpoint.
+    """
+    if OmegaConf.is_config(config):
+        config = OmegaConf.to_container(config, resolve=True)
+    if isinstance(config, Mapping):
+        return {str(k): plain_config(v) for k, v in config.items()}
+    if isinstance(config, (list, tuple)):
+        return [plain_config(v) for v in config]
+    if config is None or isinstance(config, (bool, int, float, str)):
+        return config
+    return str(config)
+
+
+class RunnerBase(abc.ABC):
+    """Owns the loop ``learn(num_iterations)`` and everything around it.
+
+    Args:
+        config: the run's resolved config (mapping or ``DictConfig``); written to
+            ``config.yaml``, stored in checkpoints and compared on resume.
+        run_dir: the run directory (created).
+        progress: show a ``rich`` progress bar (only when stdout is a terminal).
+        tensorboard: write TensorBoard events.
+        checkpoint_every: save every this many iterations (0: only when ``learn`` ends).
+        keep_checkpoints: keep only the newest this many checkpoints (None: keep all).
+        plots: write ``plots/`` when ``learn`` returns.
+    """
+
+    #: Dotted config keys (``fnmatch`` patterns) that may differ between a checkpoint and the
+    #: config it is resumed with: run length, output, logging and display settings. Every other
+    #: difference is an error, since it would silently change the experiment.
+    RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
+        "num_iterations",
+        "*.num_iterations",
+        "total_iterations",
+        "*.total_iterations",
+        "max_iterations",
+        "*.max_iterations",
+        "checkpoint_every",
+        "*.checkpoint_every",
+        "keep_checkpoints",
+        "*.keep_checkpoints",
+        "progress",
+        "*.progress",
+        "plots",
+        "*.plots",
+        "tensorboard",
+        "*.tensorboard",
+        "run_dir",
+        "*.run_dir",
+        "resume",
+        "*.resume",
+        "hydra.*",
+    )
+
+    def __init__(
+        self,
+        config: Mapping[str, Any] | Any,
+        run_dir: str | os.PathLike[str],
+        *,
+        progress: bool = True,
+        tensorboard: bool = True,
+        checkpoint_every: int = 0,
+        keep_checkpoints: int | None = None,
+        plots: bool = True,
+    ) -> None:
+        self.config: dict[str, Any] = plain_config(config if config is not None else {})
+        self.run_dir = Path(run_dir)
+        self.checkpoint_dir = self.run_dir / "checkpoints"
+        self.plots_dir = self.run_dir / "plots"
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        self.progress = progress
+        self.tensorboard = tensorboard
+        self.checkpoint_every = int(checkpoint_every)
+        self.keep_checkpoints = keep_checkpoints
+        self.plots = plots
+        self.iteration_count = 0
+        self.env_steps = 0
+        self.wall_time = 0.0
+        self._logger: ScalarLogger | None = None
+        self._pending_history: dict[str, Any] | None = None
+
+    # ---------------------------------------------------------------- for subclasses
+
+    @abc.abstractmethod
+    def iteration(self) -> Mapping[str, float | torch.Tensor]:
+        """Run one training iteration; return the scalars to log for it."""
+
+    @property
+    def steps_per_iteration(self) -> int:
+        """Environment steps per iteration (for throughput and ETA; 0 if not meaningful)."""
+        return 0
+
+    def state_objects(self) -> dict[str, Any]:
+        """Named objects saved in checkpoints: anything with ``state_dict`` /
+        ``load_state_dict`` (models, optimisers, algorithms, collectors) or a
+        ``torch.Generator``. Python, NumPy and torch global RNG states are saved by the base."""
+        return {}
+
+    # ---------------------------------------------------------------- logging
+
+    @property
+    def logger(self) -> ScalarLogger:
+        if self._logger is None:
+            purge = self.iteration_count + 1 if self.iteration_count else None
+            self._logger = ScalarLogger(self.run_dir, self.tensorboard, purge_step=purge)
+            if self._pending_history is not None:
+                self._logger.load_state_dict(self._pending_history)
+                self._pending_history = None
+        return self._logger
+
+    def summary(self) -> dict[str, Any]:
+        """Counters, throughput and versions, as written to ``summary.json``."""
+        return {
+            "iterations": self.iteration_count,
+            "env_steps": self.env_steps,
+            "wall_time_s": round(self.wall_time, 3),
+            "steps_per_second": self.env_steps / self.wall_time if self.wall_time > 0 else None,
+            "versions": library_versions(),
+        }
+
+    def write_summary(self) -> Path:
+        return self.logger.write_summary(self.run_dir / "summary.json", **self.summary())
+
+    # ---------------------------------------------------------------- the loop
+
+    def learn(self, num_iterations: int) -> dict[str, float]:
+        """Train until ``num_iterations`` iterations are complete in total.
+
+        A resumed runner continues from its checkpoint's iteration count, so re-running the same
+        command after an interruption finishes the planned run. Checkpoints are written every
+        ``checkpoint_every`` iterations and at the end; ``summary.json`` and ``plots/`` are
+        written when the loop ends (also on an error); ``config.yaml`` when it starts. Returns
+        the last logged scalars.
+        """
+        # Written here rather than at construction, so a resume refused for a config mismatch
+        # leaves the run's config.yaml describing its checkpoints.
+        atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.config))
+        logger = self.logger
+        bar = _ProgressBar(self.progress, self.iteration_count, num_iterations)
+        saved_at = -1
+        try:
+            while self.iteration_count < num_iterations:
+                start = time.perf_counter()
+                scalars = {k: to_float(v) for k, v in self.iteration().items()}
+                elapsed = time.perf_counter() - start
+                self.iteration_count += 1
+                self.env_steps += self.steps_per_iteration
+                self.wall_time += elapsed
+                sps = self.steps_per_iteration / elapsed if elapsed > 0 else 0.0
+                scalars["perf/iteration_time_s"] = elapsed
+                scalars["perf/steps_per_second"] = sps
+                scalars["perf/env_steps"] = float(self.env_steps)
+                logger.log(self.iteration_count, scalars)
+                bar.advance(sps)
+                if self.checkpoint_every and self.iteration_count % self.checkpoint_every == 0:
+                    self.save_checkpoint()
+                    saved_at = self.iteration_count
+            if saved_at != self.iteration_count and self.iteration_count > 0:
+                self.save_checkpoint()
+        finally:
+            bar.close()
+            logger.flush()
+            self.write_summary()
+            if self.plots and logger.history:
+                logger.plot(self.plots_dir)
+        return logger.latest()
+
+    def close(self) -> None:
+        if self._logger is not None:
+            self._logger.close()
+
+    def __enter__(self) -> RunnerBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Everything needed to continue this run exactly."""
+        state = {}
+        for name, obj in self.state_objects().items():
+            state[name] = obj.get_state() if isinstance(obj, torch.Generator) else obj.state_dict()
+        return {
+            "runner": type(self).__qualname__,
+            "iteration": self.iteration_count,
+            "env_steps": self.env_steps,
+            "wall_time": self.wall_time,
+            "config": self.config,
+            "rng": capture_rng_state(),
+            "state": state,
+            "logger": self.logger.state_dict(),
+        }
+
+    def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Atomically write a checkpoint (default ``checkpoints/iter_NNNNNN.pt``) and prune."""
+        target = Path(path) if path else checkpoint_path(self.checkpoint_dir, self.iteration_count)
+        save_checkpoint(target, self.checkpoint())
+        if self.keep_checkpoints:
+            for old in list_checkpoints(self.checkpoint_dir)[: -self.keep_checkpoints]:
+                old.unlink(missing_ok=True)
+        return target
+
+    def resume(self, path: str | os.PathLike[str]) -> Path:
+        """Restore the state saved at ``path`` (a checkpoint, a run or a checkpoints directory).
+
+        Raises:
+            ConfigMismatchError: the config differs from the checkpoint's outside
+                :attr:`RESUME_IGNORED_KEYS` (the message lists each differing key).
+            KeyError: the checkpoint lacks state for one of :meth:`state_objects`.
+        """
+        source = resolve_checkpoint(path)
+        payload = load_checkpoint(source)
+        check_resume_config(payload["config"], self.config, self.RESUME_IGNORED_KEYS, source)
+        objects = self.state_objects()
+        missing = sorted(set(objects) - set(payload["state"]))
+        if missing:
+            raise KeyError(
+                f"{source} holds no state for {missing}; it was written by "
+                f"{payload.get('runner', 'another runner')}"
+            )
+        for name, obj in objects.items():
+            if isinstance(obj, torch.Generator):
+                obj.set_state(payload["state"][name])
+            else:
+                obj.load_state_dict(payload["state"][name])
+        self.iteration_count = int(payload["iteration"])
+        self.env_steps = int(payload["env_steps"])
+        self.wall_time = float(payload["wall_time"])
+        if self._logger is not None:
+            self._logger.close()
+            self._logger = None
+        self._pending_history = payload["logger"]
+        restore_rng_state(payload["rng"])
+        return source
+
+
+class _ProgressBar:
+    """A ``rich`` bar with iterations, steps/s, elapsed time and ETA; inert when disabled or
+    when stdout is not a terminal."""
+
+    def __init__(self, enabled: bool, done: int, total: int) -> None:
+        self._progress = None
+        if not enabled or total <= done:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        console = Console()
+        if not console.is_terminal:
+            return
+        self._progress = Progress(
+            TextColumn("[bold]iterations"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[sps]:>10,.0f} steps/s"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+        )
+        self._task = self._progress.add_task("train", total=total, completed=done, sps=0.0)
+        self._progress.start()
+
+    def advance(self, steps_per_second: float) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, sps=steps_per_second)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -1,0 +1,117 @@
+"""Scalar logging: TensorBoard events, an in-memory history for plots, and ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from myriad.utils.checkpoint import atomic_write_text
+
+History = dict[str, list[tuple[int, float]]]
+
+
+def to_float(value: float | int | torch.Tensor) -> float:
+    """A Python float from a number or a one-element tensor."""
+    return float(value.item() if isinstance(value, torch.Tensor) else value)
+
+
+class ScalarLogger:
+    """Writes scalars to TensorBoard and keeps every logged value in memory.
+
+    Args:
+        log_dir: TensorBoard event directory; None keeps the history only.
+        tensorboard: write TensorBoard events to ``log_dir``.
+        purge_step: on resume, TensorBoard hides events at or after this step left by the
+            interrupted run, so curves do not fold back.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str] | None = None,
+        tensorboard: bool = True,
+        purge_step: int | None = None,
+    ) -> None:
+        self.history: History = {}
+        self._writer = None
+        if log_dir is not None and tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
+
+            self._writer = SummaryWriter(str(log_dir), purge_step=purge_step)
+
+    def log(self, step: int, scalars: Mapping[str, float | int | torch.Tensor]) -> None:
+        """Record ``scalars`` at ``step`` (non-finite values are kept in the history only)."""
+        for name, value in scalars.items():
+            v = to_float(value)
+            self.history.setdefault(name, []).append((int(step), v))
+            if self._writer is not None and math.isfinite(v):
+                self._writer.add_scalar(name, v, int(step))
+
+    def latest(self) -> dict[str, float]:
+        """The last logged value of every scalar."""
+        return {name: points[-1][1] for name, points in self.history.items() if points}
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": {k: [list(p) for p in v] for k, v in self.history.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.history = {
+            k: [(int(s), float(v)) for s, v in pts] for k, pts in state["history"].items()
+        }
+
+    def write_summary(self, path: str | os.PathLike[str], **extra: Any) -> Path:
+        """Atomically write ``{**extra, "scalars": latest values}`` as JSON (NaN -> null)."""
+        latest = {k: (v if math.isfinite(v) else None) for k, v in self.latest().items()}
+        text = json.dumps({**extra, "scalars": latest}, indent=2, sort_keys=True, default=str)
+        return atomic_write_text(path, text + "\n")
+
+    def plot(
+        self, directory: str | os.PathLike[str], prefixes: tuple[str, ...] | None = None
+    ) -> list[Path]:
+        """One PNG per scalar group (the part of the name before the first ``/``), each scalar
+        of the group in its own panel; returns the files written."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        groups: dict[str, list[str]] = {}
+        for name in sorted(self.history):
+            group = name.split("/", 1)[0]
+            if prefixes is None or group in prefixes:
+                groups.setdefault(group, []).append(name)
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for group, names in groups.items():
+            cols = min(4, len(names))
+            rows = math.ceil(len(names) / cols)
+            fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+            for ax, name in zip(axes.flat, names):
+                steps, values = zip(*self.history[name])
+                ax.plot(steps, values, linewidth=1.0)
+                ax.set_title(name, fontsize=8)
+                ax.tick_params(labelsize=7)
+            for ax in list(axes.flat)[len(names) :]:
+                ax.set_visible(False)
+            fig.tight_layout()
+            path = directory / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', group)}.png"
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+            written.append(path)
+        return written

@@ -1,0 +1,217 @@
+"""The population actor-critic: forward paths, member isolation, member surgery."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from myriad.nn import (
+    PARAMETERIZATIONS,
+    PopulationActorCritic,
+    block_members,
+    gaussian_kl,
+    gaussian_log_prob,
+    is_blocked,
+)
+
+OBS, ACT, M = 5, 3, 4
+
+
+def make_model(parameterization: str, members: int = M, **options) -> PopulationActorCritic:
+    torch.manual_seed(0)
+    model = PopulationActorCritic(
+        OBS, ACT, members, parameterization, actor_hidden=(16, 8), critic_hidden=(12,), **options
+    )
+    # Non-trivial observation and value statistics, so normalisation is exercised too.
+    model.update_obs_norm(torch.randn(64, OBS) * 3 + 1)
+    if model.value_norm is not None:
+        model.value_norm.update(torch.randn(64) * 5 - 2)
+    with torch.no_grad():
+        model.log_std.copy_(torch.randn(members, ACT) * 0.3)
+    return model
+
+
+def outputs(model, obs, member, actions, blocked=False):
+    ev = model.evaluate(obs, member, actions, blocked=blocked)
+    return torch.cat(
+        [ev.log_prob[:, None], ev.entropy[:, None], ev.value[:, None], ev.mean, ev.log_std], 1
+    )
+
+
+@pytest.mark.parametrize("parameterization", PARAMETERIZATIONS)
+def test_blocked_general_and_single_member_paths_agree(parameterization):
+    model = make_model(parameterization)
+    n = 6
+    obs = torch.randn(M * n, OBS)
+    actions = torch.randn(M * n, ACT)
+    member = block_members(M * n, M)
+    fast = outputs(model, obs, member, actions, blocked=True)
+    general = outputs(model, obs, member, actions)
+    torch.testing.assert_close(fast, general, rtol=1e-5, atol=1e-6)
+
+    # Arbitrary order and unequal counts through the general path, checked row by row against
+    # the single-member path.
+    perm = torch.randperm(M * n)
+    uneven = torch.tensor([0, 0, 0, 2, 2, 3, 1, 0, 3, 3, 3, 3])
+    for obs_, act_, mem_ in (
+        (obs[perm], actions[perm], member[perm]),
+        (obs[:12], actions[:12], uneven),
+    ):
+        got = outputs(model, obs_, mem_, act_)
+        for m in range(M):
+            rows = mem_ == m
+            if rows.any():
+                want = outputs(model, obs_[rows], m, act_[rows])
+                torch.testing.assert_close(got[rows], want, rtol=1e-5, atol=1e-6)
+    # Shuffled rows give the shuffled outputs of the blocked layout.
+    torch.testing.assert_close(
+        outputs(model, obs[perm], member[perm], actions[perm]), fast[perm], rtol=1e-5, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("parameterization", PARAMETERIZATIONS)
+def test_member_means_and_pairwise_kl(parameterization):
+    model = make_model(parameterization)
+    obs = torch.randn(7, OBS)
+    means = model.member_action_means(obs)
+    assert means.shape == (M, 7, ACT)
+    for m in range(M):
+        torch.testing.assert_close(means[m], model.action_params(obs, m)[0], rtol=1e-5, atol=1e-6)
+    kl = model.pairwise_kl(obs)
+    log_std = model.member_log_std()
+    want = torch.stack(
+        [
+            torch.stack(
+                [
+                    gaussian_kl(
+                        means[i], log_std[i].expand(7, -1), means[j], log_std[j].expand(7, -1)
+                    ).mean()
+                    for j in range(M)
+                ]
+            )
+            for i in range(M)
+        ]
+    )
+    torch.testing.assert_close(kl, want, rtol=1e-5, atol=1e-6)
+    assert torch.all(kl.diagonal() == 0) and torch.all(kl + torch.eye(M) > 0)
+
+
+def test_independent_members_do_not_leak_gradients():
+    model = make_model("independent")
+    obs = torch.randn(M * 5, OBS)
+    member = block_members(M * 5, M)
+    actions = torch.randn(M * 5, ACT)
+    for blocked in (True, False):
+        model.zero_grad()
+        ev = model.evaluate(obs, member, actions, blocked=blocked)
+        i = 1
+        rows = member == i
+        (
+            ev.log_prob[rows].sum() + ev.value[rows].square().sum() + ev.entropy[rows].sum()
+        ).backward()
+        for p in model.member_parameters():
+            assert p.grad is not None
+            others = [j for j in range(M) if j != i]
+            assert torch.all(p.grad[others] == 0), "gradient leaked into another member"
+            assert p.grad[i].abs().sum() > 0
+        # No shared parameters at all in the independent parameterisation.
+        member_ids = {id(p) for p in model.member_parameters()}
+        assert all(id(p) in member_ids for p in model.parameters())
+
+
+@pytest.mark.parametrize("parameterization", ["shared_trunk", "embedding"])
+def test_shared_parameterisations_keep_member_parameters_separate(parameterization):
+    model = make_model(parameterization)
+    obs = torch.randn(M * 3, OBS)
+    member = block_members(M * 3, M)
+    ev = model.evaluate(obs, member, torch.randn(M * 3, ACT), blocked=True)
+    ev.log_prob[member == 2].sum().backward()
+    for p in model.member_parameters():
+        if p.grad is not None:
+            assert torch.all(p.grad[[0, 1, 3]] == 0)
+
+
+def test_act_samples_reproducibly_and_log_prob_matches_evaluate():
+    model = make_model("shared_trunk")
+    obs = torch.randn(8, OBS)
+    member = block_members(8, M)
+    a = model.act(obs, member, generator=torch.Generator().manual_seed(3), blocked=True)
+    b = model.act(obs, member, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(a.actions, b.actions)
+    torch.testing.assert_close(a.log_prob, gaussian_log_prob(a.actions, a.mean, a.log_std))
+    ev = model.evaluate(obs, member, a.actions)
+    torch.testing.assert_close(ev.log_prob, a.log_prob, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ev.value, model.value(obs, member))
+    det = model.act(obs, member, deterministic=True)
+    torch.testing.assert_close(det.actions, det.mean)
+
+
+def test_normalisers_live_in_state_dict_and_change_outputs():
+    model = make_model("shared_trunk")
+    keys = model.state_dict().keys()
+    assert {"obs_norm.mean", "obs_norm.var", "value_norm.mean", "log_std"} <= set(keys)
+    obs = torch.randn(4, OBS)
+    before = model.value(obs, 0)
+    model.update_obs_norm(torch.randn(100, OBS) * 10)
+    assert not torch.allclose(before, model.value(obs, 0))
+    plain = PopulationActorCritic(OBS, ACT, 2, normalize_obs=False, normalize_value=False)
+    assert plain.obs_norm is None and plain.value_norm is None
+    plain.update_obs_norm(obs)
+
+
+@pytest.mark.parametrize("parameterization", PARAMETERIZATIONS)
+def test_copy_member_and_optimizer_state(parameterization):
+    model = make_model(parameterization)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    obs = torch.randn(M * 4, OBS)
+    member = block_members(M * 4, M)
+    model.evaluate(obs, member, torch.randn(M * 4, ACT), blocked=True).log_prob.sum().backward()
+    opt.step()
+    model.copy_member(2, 0, optimizer=opt)
+    torch.testing.assert_close(
+        outputs(model, obs, 0, obs[:, :ACT]), outputs(model, obs, 2, obs[:, :ACT])
+    )
+    for p in model.member_parameters():
+        for v in opt.state[p].values():
+            if v.shape == p.shape:
+                torch.testing.assert_close(v[0], v[2])
+    model.copy_member([1, 1], [2, 3])
+    torch.testing.assert_close(
+        outputs(model, obs, 3, obs[:, :ACT]), outputs(model, obs, 1, obs[:, :ACT])
+    )
+
+
+@pytest.mark.parametrize("parameterization", PARAMETERIZATIONS)
+def test_extract_and_load_members(parameterization):
+    model = make_model(parameterization, members=5)
+    obs = torch.randn(6, OBS)
+    acts = torch.randn(6, ACT)
+    sub = model.extract_members([3, 0, 4])
+    assert sub.num_members == 3 and sub.config.parameterization == parameterization
+    for k, src in enumerate([3, 0, 4]):
+        torch.testing.assert_close(outputs(sub, obs, k, acts), outputs(model, obs, src, acts))
+    other = PopulationActorCritic(
+        OBS, ACT, 2, parameterization, actor_hidden=(16, 8), critic_hidden=(12,)
+    )
+    other.load_members(model, [1], into=[1])
+    torch.testing.assert_close(outputs(other, obs, 1, acts), outputs(model, obs, 1, acts))
+    wrong = PopulationActorCritic(OBS, ACT, 2, parameterization, actor_hidden=(32,))
+    with pytest.raises(ValueError, match="actor_hidden"):
+        wrong.load_members(model, [0])
+    with pytest.raises(ValueError, match="out of range"):
+        other.load_members(model, [7])
+
+
+def test_layout_helpers_and_config_errors():
+    assert block_members(6, 3).tolist() == [0, 0, 1, 1, 2, 2]
+    assert is_blocked(block_members(8, 4), 4)
+    assert not is_blocked(torch.tensor([0, 1, 0, 1]), 2)
+    with pytest.raises(ValueError, match="multiple"):
+        block_members(7, 2)
+    with pytest.raises(ValueError, match="parameterization"):
+        PopulationActorCritic(3, 2, 2, "mixture")
+    with pytest.raises(ValueError, match="activation"):
+        PopulationActorCritic(3, 2, 2, activation="swish2")
+    model = make_model("independent")
+    with pytest.raises(ValueError, match="multiple"):
+        model.value(torch.randn(5, OBS), torch.zeros(5, dtype=torch.long), blocked=True)
