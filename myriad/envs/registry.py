@@ -137,3 +137,25 @@ def make(
     env = factory(num_envs=num_envs, device=device, **kwargs)
     env.name = name
     return env
+
+
+def make_from_config(
+    env_cfg: dict[str, Any],
+    num_envs: int,
+    device: torch.device | str = "cpu",
+    distributed: dict[str, Any] | str | None = None,
+) -> VecEnv:
+    """Build the env of a run config: ``env_cfg = {"name": ..., "options": {...}}``.
+
+    With ``distributed`` (a ``configs/distributed`` preset name or its mapping), the envs run in
+    Ray workers behind the same VecEnv interface (the learner computes the actions); otherwise
+    locally with :func:`make`.
+    """
+    name, options = str(env_cfg["name"]), dict(env_cfg.get("options") or {})
+    if distributed:
+        from myriad.distributed import RemoteVecEnv
+
+        env = RemoteVecEnv.from_config(name, num_envs, distributed, device, env_options=options)
+        env.name = name
+        return env
+    return make(name, num_envs, device, **options)
