@@ -27,9 +27,9 @@ install-gpu: $(STAMP)
 	$(BIN)/pip install -q --no-deps faiss-gpu
 	$(BIN)/myriad doctor
 
-# The main job on the built-in default.
+# The main job on the built-in default: K-Myriad pretraining on the maze.
 demo: $(STAMP)
-	$(BIN)/myriad bench envs --quick
+	$(BIN)/myriad pretrain
 
 test: $(STAMP)
 	$(BIN)/ruff check .

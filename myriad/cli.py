@@ -69,6 +69,22 @@ def _check_envs(args: argparse.Namespace) -> int:
     return status
 
 
+def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
+    from myriad.pretrain.api import pretrain
+
+    pretrain(overrides, resume=args.resume, run_dir=args.run_dir)
+    return 0
+
+
+def _cmd_finetune(args: argparse.Namespace, overrides: list[str]) -> int:
+    from myriad.finetune.api import finetune
+
+    finetune(
+        args.algo, overrides, init=args.init, resume=args.resume, run_dir=args.run_dir
+    )
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
     module = importlib.import_module(BENCHMARKS[args.which])
     return int(module.main(rest))
@@ -100,6 +116,25 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("--steps", type=int, default=64)
     envs.add_argument("--seed", type=int, default=0)
 
+    pre = sub.add_parser(
+        "pretrain",
+        help="K-Myriad pretraining; arguments are Hydra overrides (population.size=16 ...)",
+    )
+    pre.add_argument("--resume", metavar="RUN", help="run folder or checkpoint to continue")
+    pre.add_argument("--run-dir", help="run folder (default runs/pretrain/<env>-<time>)")
+
+    fine = sub.add_parser(
+        "finetune",
+        help="finetune a leader and followers on a task reward (cpo, sapg, ppo, pbt); "
+        "arguments are Hydra overrides (task=dense algo.kl_preset=high ...)",
+    )
+    fine.add_argument("--algo", help="cpo | sapg | ppo | pbt (default: cpo)")
+    fine.add_argument(
+        "--init", metavar="RUN_OR_CHECKPOINT", help="start from a pretrained population"
+    )
+    fine.add_argument("--resume", metavar="RUN", help="run folder or checkpoint to continue")
+    fine.add_argument("--run-dir", help="run folder (default runs/finetune/<algo>-<env>-<time>)")
+
     bench = sub.add_parser("bench", help="benchmarks; extra flags go to the benchmark")
     bench.add_argument("which", choices=sorted(BENCHMARKS))
 
@@ -112,9 +147,19 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from myriad.envs.base import ActionError
     from myriad.envs.layout import LayoutError
     from myriad.envs.registry import UnknownEnvError
+    from myriad.utils.checkpoint import ConfigMismatchError
+    from myriad.utils.config import ConfigError
     from myriad.utils.optional import MissingDependencyError
 
-    return (UnknownEnvError, LayoutError, ActionError, MissingDependencyError, FileNotFoundError)
+    return (
+        UnknownEnvError,
+        LayoutError,
+        ActionError,
+        MissingDependencyError,
+        FileNotFoundError,
+        ConfigError,
+        ConfigMismatchError,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,9 +176,11 @@ def _dispatch(argv: list[str]) -> int:
     handlers: dict[str, Callable[[], int]] = {
         "envs": lambda: _cmd_envs(args),
         "bench": lambda: _cmd_bench(args, rest),
+        "pretrain": lambda: _cmd_pretrain(args, rest),
+        "finetune": lambda: _cmd_finetune(args, rest),
         "doctor": lambda: _cmd_doctor(args),
     }
-    if rest and args.command != "bench":
+    if rest and args.command not in ("bench", "pretrain", "finetune"):
         parser.error(f"unrecognised arguments: {' '.join(rest)}")
     return handlers[args.command]()
 

@@ -10,7 +10,9 @@ from myriad.datasets import D4RLWriter, EpisodeAssembler, read_d4rl
 from myriad.datasets.hdf5 import partial_path
 
 
-def _reference_episodes(t_total: int, num_envs: int, done: np.ndarray) -> list[list[tuple[int, int]]]:
+def _reference_episodes(
+    t_total: int, num_envs: int, done: np.ndarray
+) -> list[list[tuple[int, int]]]:
     """Brute force: walk each env in time and cut at done; returns (t, env) per episode, in the
     order the assembler emits them (by end step, then env)."""
     episodes, current = [], [[] for _ in range(num_envs)]
@@ -66,7 +68,7 @@ def test_assembler_state_round_trip():
 
 
 def _rows(n: int, start: float = 0.0) -> dict[str, np.ndarray]:
-    obs = (np.arange(n * 3, dtype=np.float32).reshape(n, 3) + start)
+    obs = np.arange(n * 3, dtype=np.float32).reshape(n, 3) + start
     return {
         "observations": obs,
         "next_observations": obs + 1,

@@ -241,6 +241,21 @@ class TensorVecEnv(VecEnv):
     def current_features(self) -> torch.Tensor:
         return self._features()
 
+    def randomize_episode_progress(self) -> None:
+        """Start each env's current episode at a random step in ``[0, max_episode_steps)``.
+
+        Envs reset together end together; after this, the first episodes end at different
+        times and the batch holds every phase of an episode (as Isaac Gym tasks do with a
+        random initial ``progress_buf``). Call once after :meth:`reset`.
+        """
+        self.episode_length = torch.randint(
+            0,
+            self.max_episode_steps,
+            (self.num_envs,),
+            device=self.device,
+            generator=self.generator,
+        )
+
     def step(self, actions: torch.Tensor) -> StepResult:
         if self.validate:
             actions = validate_actions(actions, self.num_envs, self.action_dim, self.device)

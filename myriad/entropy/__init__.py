@@ -1,0 +1,66 @@
+"""k-NN entropy machinery: neighbour search backends, entropy estimators, grid coverage.
+
+- :mod:`myriad.entropy.knn`: ``knn.knn``, :func:`knn_grouped`, :class:`KNNSearch` (faiss,
+  kd-tree and chunked torch backends, chosen automatically by :func:`select_backend`). The
+  function ``knn`` is imported from the submodule (``from myriad.entropy.knn import knn``) so
+  that ``myriad.entropy.knn`` stays the module.
+- :mod:`myriad.entropy.estimators`: Kozachenko-Leonenko entropy, its importance-weighted form and
+  KL estimate, collective / individual / diversity terms, the per-state reward.
+- :mod:`myriad.entropy.coverage`: fraction of grid cells visited, per member and for the union.
+
+docs/entropy.md describes the API, the backend rule and the measured speed and accuracy.
+"""
+
+from myriad.entropy.coverage import Coverage, cell_index, coverage
+from myriad.entropy.estimators import (
+    DEFAULT_MIN_DISTANCE,
+    ImportanceWeightedEntropy,
+    KNNReward,
+    PopulationEntropy,
+    WeightedEntropy,
+    cumulative_log_ratio,
+    importance_weighted_entropy,
+    kl_entropy,
+    kl_entropy_from_distances,
+    knn_reward,
+    log_unit_ball_volume,
+    population_entropy,
+)
+from myriad.entropy.knn import (
+    BACKENDS,
+    DEFAULT_MEMORY_BUDGET,
+    KNNSearch,
+    Neighbors,
+    faiss_gpu_available,
+    ivf_parameters,
+    knn_grouped,
+    select_backend,
+    select_grouped_backend,
+)
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_MEMORY_BUDGET",
+    "DEFAULT_MIN_DISTANCE",
+    "Coverage",
+    "ImportanceWeightedEntropy",
+    "KNNReward",
+    "KNNSearch",
+    "Neighbors",
+    "PopulationEntropy",
+    "WeightedEntropy",
+    "cell_index",
+    "coverage",
+    "cumulative_log_ratio",
+    "faiss_gpu_available",
+    "importance_weighted_entropy",
+    "ivf_parameters",
+    "kl_entropy",
+    "kl_entropy_from_distances",
+    "knn_grouped",
+    "knn_reward",
+    "log_unit_ball_volume",
+    "population_entropy",
+    "select_backend",
+    "select_grouped_backend",
+]

@@ -1,0 +1,177 @@
+"""Grid coverage (FORMULAS 10): the fraction of reachable cells visited at least once.
+
+A fixed grid of ``cells[d]`` equal bins per dimension covers the declared feature bounds
+``[low, high]`` (closed: a point exactly on ``high`` falls in the last bin). Points outside the
+bounds are not counted. Per-group and union coverage come from one pass: each in-bounds point
+becomes the key ``group * n_cells + cell``, and ``torch.unique`` + ``bincount`` count distinct
+visited cells per group, so memory stays ``O(N)`` whatever the grid or population size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from myriad.entropy.knn import _check_points, _GroupLayout
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Visited fraction of the reachable cells.
+
+    Attributes:
+        union: fraction visited by any group (a float in ``[0, 1]``).
+        per_group: ``[M]`` float64 fraction visited by each group.
+        union_cells: number of reachable cells visited by any group.
+        per_group_cells: ``[M]`` int64 number of reachable cells visited by each group.
+        reachable_cells: number of reachable cells (the denominator).
+    """
+
+    union: float
+    per_group: torch.Tensor
+    union_cells: int
+    per_group_cells: torch.Tensor
+    reachable_cells: int
+
+
+def _bounds(
+    value: torch.Tensor | Sequence[float], name: str, p: int, device: torch.device
+) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.device != device:
+            raise ValueError(
+                f"points are on {device} but {name} is on {value.device}; "
+                "move both to one device with .to(device)"
+            )
+        t = value.to(torch.float64)
+    else:
+        t = torch.as_tensor(value, dtype=torch.float64, device=device)
+    if t.shape != (p,):
+        raise ValueError(
+            f"{name} must have shape [{p}] (one bound per feature), got {tuple(t.shape)}"
+        )
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} must be finite, got {t.tolist()}")
+    return t
+
+
+def _cells(cells: int | Sequence[int], p: int) -> tuple[int, ...]:
+    shape = (int(cells),) * p if isinstance(cells, int) else tuple(int(c) for c in cells)
+    if len(shape) != p or any(c < 1 for c in shape):
+        raise ValueError(f"cells must be a positive int or {p} positive ints, got {cells!r}")
+    return shape
+
+
+def cell_index(
+    points: torch.Tensor,
+    low: torch.Tensor | Sequence[float],
+    high: torch.Tensor | Sequence[float],
+    cells: int | Sequence[int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row-major flat cell index of each point and whether it lies inside the bounds.
+
+    Args:
+        points: ``[N, p]``.
+        low: ``[p]`` lower bounds.
+        high: ``[p]`` upper bounds (``> low``).
+        cells: bins per dimension (int, or p ints).
+
+    Returns:
+        ``(cell [N] int64, inside [N] bool)``; ``cell`` is meaningful where ``inside``, and
+        indexes ``reachable.flatten()`` for a grid of shape ``cells``.
+    """
+    _check_points(points, "points")
+    p = points.shape[1]
+    lo = _bounds(low, "low", p, points.device)
+    hi = _bounds(high, "high", p, points.device)
+    if bool((hi <= lo).any()):
+        raise ValueError(
+            f"high must exceed low in every dimension, got low={lo.tolist()} high={hi.tolist()}"
+        )
+    shape = _cells(cells, p)
+    counts = torch.tensor(shape, dtype=torch.int64, device=points.device)
+    x = points.to(torch.float64)
+    inside = ((x >= lo) & (x <= hi)).all(dim=1)
+    frac = (x - lo) / (hi - lo)
+    ijk = torch.floor(frac * counts.to(torch.float64)).to(torch.int64)
+    ijk = torch.minimum(ijk.clamp_min(0), counts - 1)
+    strides = [math.prod(shape[d + 1 :]) for d in range(p)]
+    flat = (ijk * torch.tensor(strides, dtype=torch.int64, device=points.device)).sum(dim=1)
+    return flat, inside
+
+
+def coverage(
+    points: torch.Tensor,
+    low: torch.Tensor | Sequence[float],
+    high: torch.Tensor | Sequence[float],
+    cells: int | Sequence[int],
+    group: torch.Tensor | None = None,
+    *,
+    num_groups: int | None = None,
+    reachable: torch.Tensor | None = None,
+) -> Coverage:
+    """Fraction of reachable grid cells visited at least once, per group and for the union.
+
+    Args:
+        points: visited feature vectors ``[N, p]``.
+        low: ``[p]`` lower bounds of the grid.
+        high: ``[p]`` upper bounds of the grid.
+        cells: bins per dimension (int, or p ints).
+        group: ``[N]`` group (member) id of each point; None with ``num_groups`` for equal
+            contiguous blocks; both None for a single group.
+        num_groups: number of groups M.
+        reachable: optional bool grid of shape ``cells`` (all True when None); only reachable
+            cells count, in the numerator and the denominator.
+
+    Returns:
+        :class:`Coverage`.
+    """
+    flat, inside = cell_index(points, low, high, cells)
+    shape = _cells(cells, points.shape[1])
+    n_cells = math.prod(shape)
+    if group is None and num_groups is None:
+        num_groups = 1
+    layout = _GroupLayout.build(points, group, num_groups)
+    m = layout.num_groups
+    if n_cells * m >= 2**62:
+        raise ValueError(
+            f"a grid of {n_cells} cells for {m} groups overflows int64 keys; use fewer cells"
+        )
+    device = points.device
+    if reachable is None:
+        reach_flat = None
+        n_reachable = n_cells
+    else:
+        if not isinstance(reachable, torch.Tensor) or reachable.dtype != torch.bool:
+            raise ValueError("reachable must be a bool tensor of shape cells")
+        if tuple(reachable.shape) != shape:
+            raise ValueError(f"reachable has shape {tuple(reachable.shape)}, expected {shape}")
+        if reachable.device != device:
+            raise ValueError(
+                f"points are on {device} but reachable is on {reachable.device}; "
+                "move both to one device with .to(device)"
+            )
+        reach_flat = reachable.reshape(-1)
+        n_reachable = int(reach_flat.sum())
+        if n_reachable == 0:
+            raise ValueError("reachable marks no cell as reachable; coverage would be 0/0")
+    gid = layout.group_ids()[inside]
+    keys = torch.unique(gid * n_cells + flat[inside])
+    key_cell = keys % n_cells
+    key_group = keys // n_cells
+    union_cells_t = torch.unique(key_cell)
+    if reach_flat is not None:
+        key_group = key_group[reach_flat[key_cell]]
+        union_cells_t = union_cells_t[reach_flat[union_cells_t]]
+    per_group_cells = torch.bincount(key_group, minlength=m)
+    union_cells = int(union_cells_t.numel())
+    return Coverage(
+        union=union_cells / n_reachable,
+        per_group=per_group_cells.to(torch.float64) / n_reachable,
+        union_cells=union_cells,
+        per_group_cells=per_group_cells,
+        reachable_cells=n_reachable,
+    )

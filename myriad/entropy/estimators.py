@@ -1,0 +1,430 @@
+"""k-NN entropy estimators: Kozachenko-Leonenko, its importance-weighted form, population terms.
+
+Formulas (docs/entropy.md; all in nats):
+
+- Kozachenko-Leonenko (Singh et al. 2003) for ``S = {x_1..x_N}`` in ``R^p``::
+
+      H(S) = (1/N) sum_x log(N c_p R_k(x)^p / k) + log k - psi(k)
+
+  with ``c_p`` the volume of the unit p-ball and ``R_k(x)`` the Euclidean distance from ``x`` to
+  its k-th nearest neighbour in ``S`` (``x`` itself excluded).
+- Importance-weighted (MEPOL): with normalised weights ``w`` and ``W_x`` the weight of ``x``'s k
+  neighbours, ``H_w = -sum_x (W_x / k) log(W_x / V_x) + log k - psi(k)`` with
+  ``V_x = c_p R_k(x)^p``, and ``KL(old || new) = (1/N) sum_x log(k / (N W_x))``.
+- Population of M members: ``H_coll = H(X)``, ``H_ind = (1/M) sum_i H(X_i)``,
+  ``diversity = H_coll - H_ind``.
+- Per-state reward: ``r(x) = (1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``.
+
+Duplicate points (zero distances): every ``log R`` is taken of ``max(R, min_distance)``, so a
+particle whose k-th neighbour is an exact copy contributes ``p log(min_distance)`` (finite,
+strongly negative: a point mass has entropy minus infinity) instead of ``-inf`` or NaN. The reward
+uses ``log(c + R)`` with ``c > 0`` and needs no floor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from myriad.entropy.knn import KNNSearch, Neighbors, _GroupLayout
+from myriad.utils.running_stats import RunningMeanStd
+
+#: Floor applied to k-NN distances before their logarithm (duplicate-point guard).
+DEFAULT_MIN_DISTANCE = 1e-8
+
+
+def log_unit_ball_volume(p: int) -> float:
+    """``log c_p = (p/2) log(pi) - lgamma(1 + p/2)``: log volume of the unit p-ball, any p >= 1.
+
+    Computed in log space, so it stays finite where ``c_p`` itself underflows (p in the
+    hundreds).
+    """
+    if p < 1:
+        raise ValueError(f"dimension must be >= 1, got {p}")
+    return 0.5 * p * math.log(math.pi) - math.lgamma(1.0 + 0.5 * p)
+
+
+def _digamma(k: int) -> float:
+    """psi(k) for a positive integer: ``-gamma + sum_{j<k} 1/j`` (exact, no scipy needed)."""
+    return -0.5772156649015329 + math.fsum(1.0 / j for j in range(1, k))
+
+
+def _safe_log(r: torch.Tensor, min_distance: float) -> torch.Tensor:
+    if min_distance <= 0:
+        raise ValueError(f"min_distance must be > 0, got {min_distance}")
+    return torch.log(r.clamp_min(min_distance))
+
+
+def kl_entropy_from_distances(
+    kth_distance: torch.Tensor,
+    dim: int,
+    k: int,
+    *,
+    n: int | None = None,
+    min_distance: float = DEFAULT_MIN_DISTANCE,
+) -> torch.Tensor:
+    """Kozachenko-Leonenko entropy (nats) from k-th neighbour distances.
+
+    Args:
+        kth_distance: ``[N]`` Euclidean distance of each point to its k-th nearest neighbour
+            (itself excluded).
+        dim: feature dimension p.
+        k: the neighbour rank the distances belong to.
+        n: size of the set the neighbours were searched in (default ``N``).
+        min_distance: floor on distances before the log (duplicate-point guard).
+
+    Returns:
+        Scalar tensor (float64) ``log N - psi(k) + log c_p + p mean(log R_k)``.
+    """
+    if kth_distance.dim() != 1 or kth_distance.numel() == 0:
+        raise ValueError(
+            f"kth_distance must be a non-empty [N] tensor, got {tuple(kth_distance.shape)}"
+        )
+    n = kth_distance.numel() if n is None else n
+    mean_log_r = _safe_log(kth_distance.to(torch.float64), min_distance).mean()
+    return math.log(n) - _digamma(k) + log_unit_ball_volume(dim) + dim * mean_log_r
+
+
+def kl_entropy(
+    x: torch.Tensor,
+    k: int = 10,
+    *,
+    search: KNNSearch | None = None,
+    min_distance: float = DEFAULT_MIN_DISTANCE,
+) -> torch.Tensor:
+    """Kozachenko-Leonenko entropy (nats) of the sample ``x [N, p]`` (FORMULAS 1).
+
+    Args:
+        x: samples ``[N, p]``.
+        k: neighbour rank.
+        search: kNN configuration (default: ``KNNSearch()``, backend ``"auto"``).
+        min_distance: floor on distances before the log (duplicate-point guard).
+
+    Returns:
+        Scalar float64 tensor on ``x``'s device.
+    """
+    search = search or KNNSearch()
+    nb = search(x, k)
+    return kl_entropy_from_distances(
+        nb.distances[:, k - 1], x.shape[1], k, min_distance=min_distance
+    )
+
+
+@dataclass(frozen=True)
+class PopulationEntropy:
+    """Entropy terms of a population (FORMULAS 2), all in nats (float64 tensors).
+
+    Attributes:
+        collective: ``H(X)`` of the pooled batch (scalar).
+        individual: ``H(X_i)`` per member, ``[M]``.
+        individual_mean: ``(1/M) sum_i H(X_i)`` (scalar).
+        diversity: ``collective - individual_mean`` (scalar).
+    """
+
+    collective: torch.Tensor
+    individual: torch.Tensor
+    individual_mean: torch.Tensor
+    diversity: torch.Tensor
+
+    def objective(self, beta: float) -> torch.Tensor:
+        """``J_beta = (1 - beta) H_ind + beta H_coll``."""
+        return (1.0 - beta) * self.individual_mean + beta * self.collective
+
+
+def _group_mean(values: torch.Tensor, gid: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    sums = torch.zeros(sizes.numel(), dtype=values.dtype, device=values.device)
+    sums.index_add_(0, gid, values)
+    return sums / sizes.to(values.device, values.dtype)
+
+
+def population_entropy(
+    x: torch.Tensor,
+    k: int = 10,
+    group: torch.Tensor | None = None,
+    *,
+    num_groups: int | None = None,
+    search: KNNSearch | None = None,
+    min_distance: float = DEFAULT_MIN_DISTANCE,
+) -> PopulationEntropy:
+    """Collective, individual and diversity entropies of a population (FORMULAS 2).
+
+    One kNN query over the pooled set and one per-group query (all groups in one call).
+
+    Args:
+        x: states ``[N, p]`` of all members.
+        k: neighbour rank.
+        group: ``[N]`` member id of each state, or None with ``num_groups`` (equal contiguous
+            blocks, the population layout).
+        num_groups: number of members M.
+        search: kNN configuration (default ``KNNSearch()``).
+        min_distance: floor on distances before the log (duplicate-point guard).
+    """
+    search = search or KNNSearch()
+    layout = _GroupLayout.build(x, group, num_groups)
+    p = x.shape[1]
+    collective = kl_entropy_from_distances(
+        search(x, k).distances[:, k - 1], p, k, min_distance=min_distance
+    )
+    r_ind = search.grouped(x, k, group, num_groups=layout.num_groups).distances[:, k - 1]
+    log_r = _safe_log(r_ind.to(torch.float64), min_distance)
+    gid = layout.group_ids()
+    sizes = layout.sizes.to(x.device)
+    mean_log_r = _group_mean(log_r, gid, sizes)
+    individual = (
+        torch.log(sizes.to(torch.float64)) - _digamma(k) + log_unit_ball_volume(p) + p * mean_log_r
+    )
+    individual_mean = individual.mean()
+    return PopulationEntropy(
+        collective=collective,
+        individual=individual,
+        individual_mean=individual_mean,
+        diversity=collective - individual_mean,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# importance-weighted estimator (MEPOL-style trust region)
+
+
+@dataclass(frozen=True)
+class WeightedEntropy:
+    """Importance-weighted entropy and the KL estimate that bounds the trust region.
+
+    Attributes:
+        entropy: ``H_w`` (scalar, differentiable w.r.t. the log-weights).
+        kl: ``D_KL(theta_old || theta)`` estimate (scalar, differentiable).
+    """
+
+    entropy: torch.Tensor
+    kl: torch.Tensor
+
+
+def importance_weighted_entropy(
+    log_weights: torch.Tensor,
+    neighbors: Neighbors,
+    dim: int,
+    *,
+    min_distance: float = DEFAULT_MIN_DISTANCE,
+) -> WeightedEntropy:
+    """``H_w`` and ``D_KL`` of FORMULAS 4 from unnormalised log-weights and fixed neighbours.
+
+    Weights are normalised to sum 1 over the pool in log space (``log_softmax``), and
+    ``log W_x = logsumexp`` over ``x``'s neighbours, so extreme ratios neither overflow nor
+    produce ``log 0``. With all weights equal, ``H_w`` equals :func:`kl_entropy_from_distances`
+    on the same neighbours and ``D_KL`` is 0.
+
+    Args:
+        log_weights: ``[N]`` log importance weights (e.g. cumulative
+            ``log pi_theta - log pi_theta_old``), any additive constant; gradients flow here.
+        neighbors: self-query neighbours of the same ``N`` points, ``[N, k]`` (computed once
+            per batch with ``theta_old``'s samples).
+        dim: feature dimension p.
+        min_distance: floor on distances before the log (duplicate-point guard).
+    """
+    if log_weights.dim() != 1 or log_weights.shape[0] != neighbors.indices.shape[0]:
+        raise ValueError(
+            f"log_weights must be [N] with N={neighbors.indices.shape[0]} (one per point), "
+            f"got {tuple(log_weights.shape)}"
+        )
+    n, k = neighbors.indices.shape
+    lw = log_weights.to(torch.float64)
+    log_w = lw - torch.logsumexp(lw, dim=0)
+    log_wx = torch.logsumexp(log_w[neighbors.indices.to(lw.device)], dim=1)
+    log_vx = log_unit_ball_volume(dim) + dim * _safe_log(
+        neighbors.distances[:, k - 1].to(lw.device, torch.float64), min_distance
+    )
+    const = math.log(k) - _digamma(k)
+    entropy = -(torch.exp(log_wx) / k * (log_wx - log_vx)).sum() + const
+    kl = (math.log(k) - math.log(n) - log_wx).mean()
+    return WeightedEntropy(entropy=entropy, kl=kl)
+
+
+class ImportanceWeightedEntropy:
+    """``H_w`` and ``D_KL`` for one batch: neighbours once, then any number of weight vectors.
+
+    Example (inner loop of the K-Myriad update)::
+
+        iw = ImportanceWeightedEntropy(features, k=10)
+        for _ in range(inner_steps):
+            out = iw(cumulative_log_ratio(logp_new - logp_old, episode_start).flatten())
+            if out.kl > delta:
+                break
+            (-out.entropy).backward(); opt.step(); opt.zero_grad()
+
+    Args:
+        x: states ``[N, p]`` sampled with the old parameters.
+        k: neighbour rank.
+        search: kNN configuration.
+        min_distance: floor on distances before the log.
+    """
+
+    def __init__(
+        self,
+        x: torch.Tensor,
+        k: int = 10,
+        *,
+        search: KNNSearch | None = None,
+        min_distance: float = DEFAULT_MIN_DISTANCE,
+    ) -> None:
+        self.k = k
+        self.dim = x.shape[1]
+        self.min_distance = min_distance
+        self.neighbors = (search or KNNSearch())(x, k)
+
+    def __call__(self, log_weights: torch.Tensor) -> WeightedEntropy:
+        """Evaluate at ``log_weights [N]`` (differentiable)."""
+        return importance_weighted_entropy(
+            log_weights, self.neighbors, self.dim, min_distance=self.min_distance
+        )
+
+    @property
+    def plain_entropy(self) -> torch.Tensor:
+        """The unweighted estimate on the same neighbours."""
+        return kl_entropy_from_distances(
+            self.neighbors.distances[:, self.k - 1],
+            self.dim,
+            self.k,
+            min_distance=self.min_distance,
+        )
+
+
+def cumulative_log_ratio(log_ratio: torch.Tensor, episode_start: torch.Tensor) -> torch.Tensor:
+    """Per-trajectory running sum of log-ratios: ``sum_{t' <= t} log pi_new - log pi_old``.
+
+    The sum restarts at every step where ``episode_start`` is True (and at ``t = 0``), so each
+    particle's weight covers its own trajectory only (FORMULAS 4). Vectorised over time.
+
+    Args:
+        log_ratio: ``[T, E]`` per-step ``log pi_theta(a|s) - log pi_theta_old(a|s)``.
+        episode_start: ``[T, E]`` bool, True on the first step of an episode.
+
+    Returns:
+        ``[T, E]`` cumulative log-ratios (differentiable w.r.t. ``log_ratio``).
+    """
+    if log_ratio.shape != episode_start.shape or log_ratio.dim() != 2:
+        raise ValueError(
+            "log_ratio and episode_start must both be [T, E], got "
+            f"{tuple(log_ratio.shape)} and {tuple(episode_start.shape)}"
+        )
+    t_steps = log_ratio.shape[0]
+    csum = torch.cumsum(log_ratio, dim=0)
+    start = episode_start.bool().clone()
+    start[0] = True
+    steps = torch.arange(t_steps, device=log_ratio.device)[:, None].expand_as(start)
+    last_start = torch.cummax(torch.where(start, steps, torch.zeros_like(steps)), dim=0).values
+    # csum just before the episode began (0 when it began at t = 0)
+    before = csum - log_ratio
+    base = torch.gather(before, 0, last_start)
+    return csum - base
+
+
+# --------------------------------------------------------------------------------------------
+# per-state reward
+
+
+def knn_reward(
+    x: torch.Tensor,
+    k: int = 10,
+    group: torch.Tensor | None = None,
+    *,
+    num_groups: int | None = None,
+    beta: float = 1.0,
+    c: float = 1.0,
+    search: KNNSearch | None = None,
+) -> torch.Tensor:
+    """Per-state intrinsic reward of FORMULAS 3 for a pooled batch.
+
+    ``r(x) = (1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``: one kNN query on the
+    pooled set (skipped at ``beta = 0``) and one per-group query for all members at once
+    (skipped at ``beta = 1``).
+
+    Args:
+        x: entropy features ``[N, p]`` (already normalised; see :class:`KNNReward`).
+        k: neighbour rank.
+        group: ``[N]`` member ids, or None with ``num_groups`` equal contiguous blocks.
+        num_groups: number of members M.
+        beta: 1 collective (K-Myriad), 0 independent explorers.
+        c: offset inside the log, ``> 0``.
+        search: kNN configuration.
+
+    Returns:
+        ``[N]`` float32 rewards on ``x``'s device.
+    """
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must lie in [0, 1], got {beta}")
+    if not c > 0:
+        raise ValueError(f"c must be > 0 (it keeps log(c + R) finite for duplicates), got {c}")
+    search = search or KNNSearch()
+    reward = torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
+    if beta > 0:
+        r_coll = search(x, k).distances[:, k - 1]
+        reward += beta * torch.log(c + r_coll)
+    if beta < 1:
+        if group is None and num_groups is None:
+            raise ValueError("beta < 1 needs the members: pass group=[N] or num_groups=M")
+        r_ind = search.grouped(x, k, group, num_groups=num_groups).distances[:, k - 1]
+        reward += (1.0 - beta) * torch.log(c + r_ind)
+    return reward
+
+
+class KNNReward(nn.Module):
+    """Per-state kNN reward with running feature normalisation (FORMULAS 3).
+
+    Features are divided by the running standard deviation (``RunningMeanStd.scale``: no
+    centring or clipping, which would distort distances) so that dimensions are comparable; the
+    statistics are buffers and travel with ``state_dict``.
+
+    Args:
+        dim: feature dimension p.
+        k: neighbour rank.
+        beta: collective weight in ``[0, 1]``.
+        c: offset inside the log (APT uses 1 on normalised features).
+        search: kNN configuration.
+        normalize: whether to scale features by the running standard deviation.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        k: int = 10,
+        beta: float = 1.0,
+        c: float = 1.0,
+        *,
+        search: KNNSearch | None = None,
+        normalize: bool = True,
+    ) -> None:
+        super().__init__()
+        self.k = k
+        self.beta = beta
+        self.c = c
+        self.search = search or KNNSearch()
+        self.normalize = normalize
+        self.normalizer = RunningMeanStd(shape=(dim,), clip=None)
+
+    @torch.no_grad()
+    def forward(
+        self,
+        x: torch.Tensor,
+        group: torch.Tensor | None = None,
+        *,
+        num_groups: int | None = None,
+        update: bool = True,
+    ) -> torch.Tensor:
+        """Rewards ``[N]`` for features ``x [N, p]``; ``update`` folds ``x`` into the statistics
+        first."""
+        if self.normalize:
+            if update:
+                self.normalizer.update(x)
+            x = self.normalizer.scale(x)
+        return knn_reward(
+            x,
+            self.k,
+            group,
+            num_groups=num_groups,
+            beta=self.beta,
+            c=self.c,
+            search=self.search,
+        )

@@ -1,0 +1,104 @@
+"""``myriad.pretrain.pretrain``: compose the config, run K-Myriad, report where the results are."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from myriad.utils.config import compose, default_run_dir, load_run_config
+
+
+def resolve_config(
+    overrides: Sequence[str] = (), resume: str | Path | None = None
+) -> dict[str, Any]:
+    """The run's config: composed from ``configs/pretrain.yaml`` and ``overrides``, or, when
+    resuming, the run's saved config with ``overrides`` applied on top (the runner then refuses
+    overrides that would change the experiment)."""
+    if resume is None:
+        return compose("pretrain", overrides)
+    saved = OmegaConf.create(load_run_config(resume))
+    if overrides:
+        saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
+    return OmegaConf.to_container(saved, resolve=True)  # type: ignore[return-value]
+
+
+def run_folder(cfg: dict[str, Any], resume: str | Path | None, run_dir: str | Path | None) -> Path:
+    if resume is not None:
+        path = Path(resume)
+        while path != path.parent and not (path / "config.yaml").is_file():
+            path = path.parent
+        return path
+    if run_dir or cfg.get("run_dir"):
+        return Path(run_dir or cfg["run_dir"])
+    return default_run_dir("pretrain", str(cfg["env"]["name"]))
+
+
+def pretrain(
+    overrides: Sequence[str] = (),
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run K-Myriad pretraining; returns the run summary (also in ``<run>/summary.json``).
+
+    Args:
+        overrides: Hydra overrides, e.g. ``["env=two_rooms", "population.size=16"]``.
+        resume: a run folder or checkpoint to continue (its config is reused).
+        run_dir: where to write the run (default ``runs/pretrain/<env>-<time>``).
+        quiet: do not print the closing report.
+    """
+    from myriad.pretrain.runner import PretrainRunner
+
+    cfg = resolve_config(overrides, resume)
+    folder = run_folder(cfg, resume, run_dir)
+    if int(cfg.get("torch_threads") or 0) > 0:
+        torch.set_num_threads(int(cfg["torch_threads"]))
+    runner = PretrainRunner(cfg, folder)
+    try:
+        if resume is not None:
+            runner.resume(resume)
+        runner.learn(int(cfg["iterations"]))
+        summary = runner.finish()
+    finally:
+        runner.close()
+    if not quiet:
+        report(summary, folder)
+    return summary
+
+
+def report(summary: dict[str, Any], folder: Path) -> None:
+    """Print the headline numbers and where the checkpoint, dataset and plots are."""
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"[bold]K-Myriad pretraining finished[/bold] ({folder})")
+    rows = [
+        ("env steps", f"{summary.get('env_steps', 0):,}"),
+        ("wall time", f"{summary.get('wall_time_s', 0):.1f} s"),
+        (
+            "union coverage, all states visited",
+            f"{100 * summary.get('coverage/cumulative_union', 0):.1f}%",
+        ),
+        (
+            "union coverage, final population",
+            f"{100 * summary.get('eval_coverage_union', 0):.1f}%",
+        ),
+        (
+            "collective entropy, final population",
+            f"{summary.get('eval_entropy_collective', float('nan')):.3f} nats",
+        ),
+        (
+            "diversity, final population",
+            f"{summary.get('eval_entropy_diversity', float('nan')):.3f} nats",
+        ),
+    ]
+    for name, value in rows:
+        console.print(f"  {name:<36} {value}")
+    console.print(f"  checkpoint  {summary.get('checkpoint')}")
+    console.print(f"  dataset     {summary.get('dataset')}")
+    console.print(f"  plots       {summary.get('plots')}")
+    console.print(f"  summary     {folder / 'summary.json'}")

@@ -1,0 +1,301 @@
+"""K-Myriad objectives over one rollout: what the population maximises and how it is updated.
+
+:class:`EntropyMeasurement` runs the two k-NN queries of a rollout once (pooled and per member, on
+features scaled by their running standard deviation) and derives from them everything the
+iteration needs: the reported entropies (FORMULAS 2), the per-state reward (FORMULAS 3) and the
+neighbours of the importance-weighted estimator (FORMULAS 4).
+
+- :class:`KNNRewardObjective` (``objective=knn_reward``, default): rewards go into the rollout and
+  PPO updates the population.
+- :class:`ImportanceWeightedObjective` (``objective=mepol``): gradient ascent on the
+  importance-weighted entropy of the fixed batch, for inner steps while the KL estimate stays
+  within the trust region.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from myriad.entropy import (
+    KNNSearch,
+    Neighbors,
+    cumulative_log_ratio,
+    importance_weighted_entropy,
+    kl_entropy_from_distances,
+)
+from myriad.nn.population import PopulationActorCritic
+from myriad.rl.ppo import PPO
+from myriad.rl.storage import RolloutStorage
+from myriad.utils.config import ConfigError
+from myriad.utils.running_stats import RunningMeanStd
+
+
+def env_major(x: torch.Tensor) -> torch.Tensor:
+    """``[T, E, ...] -> [E * T, ...]`` with row ``e * T + t``: each member's states contiguous."""
+    return x.transpose(0, 1).reshape(-1, *x.shape[2:])
+
+
+def time_major(x: torch.Tensor, num_steps: int) -> torch.Tensor:
+    """Inverse of :func:`env_major` for per-row values: ``[E * T] -> [T, E]``."""
+    return x.reshape(-1, num_steps).transpose(0, 1)
+
+
+@dataclass
+class Measurement:
+    """One rollout's neighbours and entropies.
+
+    Attributes:
+        scaled: features divided by their running std, env-major ``[N, p]``.
+        pooled: neighbours in the pooled set (``Neighbors [N, k]``).
+        grouped: neighbours within each member's states (``[N, k]``, global row indices).
+        collective, individual: entropies in nats of the raw features (``individual [M]``).
+        log_scale: ``sum_d log std_d``, the entropy shift from scaled to raw features.
+        num_steps, num_members, k: the shape of the rollout.
+        min_distance: the distance floor used by every estimate of this measurement.
+    """
+
+    scaled: torch.Tensor
+    pooled: Neighbors
+    grouped: Neighbors
+    collective: torch.Tensor
+    individual: torch.Tensor
+    log_scale: float
+    num_steps: int
+    num_members: int
+    k: int
+    min_distance: float
+
+    @property
+    def diversity(self) -> torch.Tensor:
+        return self.collective - self.individual.mean()
+
+    def reward(self, beta: float, c: float) -> torch.Tensor:
+        """FORMULAS 3: ``(1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``, ``[T, E]``."""
+        k = self.k
+        r = beta * torch.log(c + self.pooled.distances[:, k - 1])
+        r = r + (1.0 - beta) * torch.log(c + self.grouped.distances[:, k - 1])
+        return time_major(r, self.num_steps)
+
+    def scalars(self) -> dict[str, float]:
+        out = {
+            "entropy/collective": float(self.collective),
+            "entropy/individual_mean": float(self.individual.mean()),
+            "entropy/diversity": float(self.diversity),
+        }
+        out.update({f"entropy/member_{i}": float(h) for i, h in enumerate(self.individual)})
+        return out
+
+
+class EntropyMeasurement:
+    """The k-NN queries of a rollout, with running feature scaling.
+
+    Args:
+        k: neighbour rank.
+        num_members: M (members own equal contiguous blocks of envs).
+        dim: feature dimension p.
+        backend: k-NN backend (``"auto"``, ``"kdtree"``, ``"faiss"``, ``"torch"``, ...).
+        min_distance: resolution of the scaled features: neighbour distances below it count as
+            ``min_distance``. Bounded environments stack states exactly (a point mass pushed
+            into a corner); without a resolution, each exact duplicate adds ``p log 1e-8`` to
+            the estimate and drowns the signal.
+    """
+
+    def __init__(
+        self, k: int, num_members: int, dim: int, backend: str = "auto", min_distance: float = 1e-3
+    ) -> None:
+        self.k, self.num_members, self.dim = int(k), int(num_members), int(dim)
+        self.min_distance = float(min_distance)
+        self.search = KNNSearch(backend=backend)
+        self.normalizer = RunningMeanStd((self.dim,), clip=None)
+
+    def __call__(self, features: torch.Tensor, update: bool = True) -> Measurement:
+        """Neighbours and entropies of ``features [T, E, p]`` (envs in member blocks)."""
+        x = env_major(features)
+        if update:
+            self.normalizer.update(x)
+        self.normalizer.to(x.device)
+        scaled = self.normalizer.scale(x).contiguous()
+        k, m, p = self.k, self.num_members, self.dim
+        pooled = self.search(scaled, k)
+        grouped = pooled if m == 1 else self.search.grouped(scaled, k, num_groups=m)
+        log_scale = float(torch.log(self.normalizer.std).sum())
+        n = scaled.shape[0]
+        floor = self.min_distance
+        collective = kl_entropy_from_distances(pooled.distances[:, k - 1], p, k, min_distance=floor)
+        per_member = grouped.distances[:, k - 1].reshape(m, n // m)
+        individual = torch.stack(
+            [kl_entropy_from_distances(r, p, k, min_distance=floor) for r in per_member.unbind(0)]
+        )
+        return Measurement(
+            scaled,
+            pooled,
+            grouped,
+            collective + log_scale,
+            individual + log_scale,
+            log_scale,
+            features.shape[0],
+            m,
+            k,
+            floor,
+        )
+
+    def evaluate(self, features: torch.Tensor) -> Measurement:
+        """Measure without updating the running scale (evaluation rollouts)."""
+        return self(features, update=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.normalizer.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.normalizer.load_state_dict(state)
+
+
+class KNNRewardObjective:
+    """Per-state k-NN reward (FORMULAS 3) optimised with PPO.
+
+    Args:
+        algorithm: the PPO instance updating the population.
+        beta: 1 collective (K-Myriad), 0 independent explorers.
+        c: offset inside the log, > 0.
+    """
+
+    def __init__(self, algorithm: PPO, beta: float, c: float) -> None:
+        self.algorithm, self.beta, self.c = algorithm, float(beta), float(c)
+
+    def update(self, storage: RolloutStorage, measurement: Measurement) -> dict[str, float]:
+        reward = measurement.reward(self.beta, self.c)
+        storage.rewards.copy_(reward)
+        stats = self.algorithm.update(storage)
+        stats["intrinsic_reward"] = float(reward.mean())
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+class ImportanceWeightedObjective:
+    """The importance-weighted k-NN entropy with a KL trust region (FORMULAS 4).
+
+    Neighbours come from the rollout (computed once); each inner step re-weights the batch by
+    the cumulative likelihood ratio of the current policy, ascends
+    ``J_beta = (1 - beta) mean_i H_w(X_i) + beta H_w(X)`` and stops, restoring the last accepted
+    parameters, as soon as the KL estimate exceeds ``kl_threshold``.
+
+    Args:
+        model: the population (its actor and log-std are optimised; the critic is unused).
+        beta, kl_threshold, inner_steps, lr: see ``configs/objective/mepol.yaml``.
+        max_grad_norm: gradient-norm clip of each inner step.
+    """
+
+    def __init__(
+        self,
+        model: PopulationActorCritic,
+        beta: float,
+        kl_threshold: float,
+        inner_steps: int,
+        lr: float,
+        max_grad_norm: float = 1.0,
+    ) -> None:
+        if kl_threshold <= 0 or inner_steps < 1:
+            raise ConfigError(
+                f"objective.kl_threshold must be > 0 and objective.inner_steps >= 1, got "
+                f"{kl_threshold}, {inner_steps}"
+            )
+        self.model, self.beta = model, float(beta)
+        self.kl_threshold, self.inner_steps = float(kl_threshold), int(inner_steps)
+        self.max_grad_norm = float(max_grad_norm)
+        self.params = [p for n, p in model.named_parameters() if not n.startswith("critic")]
+        self.optimizer = torch.optim.Adam(self.params, lr=lr)
+
+    def _objective(
+        self, log_weights: torch.Tensor, measurement: Measurement
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(J_beta, KL)`` at per-particle log-weights ``[N]`` (env-major, differentiable)."""
+        p, m = measurement.scaled.shape[1], measurement.num_members
+        floor = measurement.min_distance
+        collective = importance_weighted_entropy(
+            log_weights, measurement.pooled, p, min_distance=floor
+        )
+        if self.beta == 1.0 or m == 1:
+            return collective.entropy, collective.kl
+        n = log_weights.shape[0] // m
+        grouped = measurement.grouped
+        entropies, kls = [], []
+        for i in range(m):  # per-member pools of the inner update, not the rollout hot path
+            rows = slice(i * n, (i + 1) * n)
+            local = Neighbors(grouped.distances[rows], grouped.indices[rows] - i * n)
+            out = importance_weighted_entropy(log_weights[rows], local, p, min_distance=floor)
+            entropies.append(out.entropy)
+            kls.append(out.kl)
+        individual, kl_ind = torch.stack(entropies).mean(), torch.stack(kls).mean()
+        objective = (1 - self.beta) * individual + self.beta * collective.entropy
+        return objective, (1 - self.beta) * kl_ind + self.beta * collective.kl
+
+    def update(self, storage: RolloutStorage, measurement: Measurement) -> dict[str, float]:
+        t = storage.num_steps
+        obs, actions = env_major(storage.obs), env_major(storage.actions)
+        member = env_major(storage.member.expand(t, -1))
+        old_log_prob = storage.log_probs
+        start = torch.zeros_like(storage.dones)
+        start[1:] = storage.dones[:-1]
+        accepted = [p.detach().clone() for p in self.params]
+        kl_value, objective_value, steps = 0.0, 0.0, 0
+        for step in range(self.inner_steps + 1):
+            log_prob = self.model.evaluate(obs, member, actions, blocked=True).log_prob
+            log_ratio = time_major(log_prob, t) - old_log_prob
+            log_weights = env_major(cumulative_log_ratio(log_ratio, start))
+            objective, kl = self._objective(log_weights, measurement)
+            if float(kl.detach()) > self.kl_threshold:
+                with torch.no_grad():
+                    for p, a in zip(self.params, accepted):
+                        p.copy_(a)
+                break
+            accepted = [p.detach().clone() for p in self.params]
+            kl_value, objective_value, steps = float(kl.detach()), float(objective.detach()), step
+            if step == self.inner_steps:
+                break
+            self.optimizer.zero_grad(set_to_none=True)
+            (-objective).backward()
+            torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
+            self.optimizer.step()
+        self.model.update_obs_norm(storage.obs)
+        return {
+            "kl": kl_value,
+            "inner_steps": float(steps),
+            "weighted_objective": objective_value + measurement.log_scale,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def build_objective(
+    cfg: Mapping[str, Any], model: PopulationActorCritic, algorithm: PPO
+) -> KNNRewardObjective | ImportanceWeightedObjective:
+    """The objective named by ``cfg["name"]`` (``knn_reward`` or ``mepol``)."""
+    name = cfg["name"]
+    beta = float(cfg["beta"])
+    if not 0.0 <= beta <= 1.0 or math.isnan(beta):
+        raise ConfigError(f"objective.beta must lie in [0, 1], got {beta}")
+    if name == "knn_reward":
+        return KNNRewardObjective(algorithm, beta, float(cfg["c"]))
+    if name == "mepol":
+        return ImportanceWeightedObjective(
+            model,
+            beta,
+            float(cfg["kl_threshold"]),
+            int(cfg["inner_steps"]),
+            float(cfg["lr"]),
+        )
+    raise ConfigError(f"unknown objective {name!r}; choose objective=knn_reward or objective=mepol")

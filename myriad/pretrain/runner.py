@@ -1,0 +1,447 @@
+"""The K-Myriad pretraining runner: a population maximising the entropy of its state mixture.
+
+Each iteration: collect ``T`` steps in every env, measure the rollout's k-NN entropies (collective,
+individual, diversity) and coverage, let the objective update the population (PPO on the per-state
+k-NN reward, or the importance-weighted estimator with a trust region), append the finished
+episodes to the dataset, and log. The runner base owns the loop, checkpoints and resume.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from myriad.datasets import D4RLWriter, EpisodeAssembler
+from myriad.entropy import cell_index, coverage
+from myriad.envs import make, make_from_config
+from myriad.envs.base import TensorVecEnv, VecEnv
+from myriad.nn.distributions import pairwise_gaussian_kl
+from myriad.nn.population import PopulationActorCritic
+from myriad.pretrain.objectives import EntropyMeasurement, build_objective
+from myriad.pretrain.plots import coverage_map, entropy_curves
+from myriad.rl.collector import RolloutCollector
+from myriad.rl.ppo import PPO, PPOConfig
+from myriad.rl.runner import RunnerBase
+from myriad.utils.config import PretrainConfigError
+from myriad.utils.seeding import make_generator, seed_everything
+
+
+def check_population(num_envs: int, size: int, num_steps: int, k: int) -> None:
+    """Validate the population layout before anything is built."""
+    if size < 1:
+        raise PretrainConfigError(f"population.size must be >= 1, got {size}")
+    if size > num_envs:
+        raise PretrainConfigError(
+            f"population.size={size} is larger than num_envs={num_envs}: every member needs at "
+            f"least one env; raise num_envs or lower population.size"
+        )
+    if num_envs % size:
+        lower, upper = num_envs - num_envs % size, num_envs - num_envs % size + size
+        raise PretrainConfigError(
+            f"num_envs={num_envs} does not split into {size} equal blocks; use num_envs={lower} "
+            f"or {upper}, or a population.size that divides {num_envs}"
+        )
+    per_member = num_envs // size * num_steps
+    if k >= per_member:
+        raise PretrainConfigError(
+            f"objective.k={k} needs more than k states per member, but each member collects "
+            f"{per_member} per rollout (num_envs / population.size * num_steps); lower "
+            f"objective.k or raise num_envs / num_steps"
+        )
+
+
+def build_model(cfg: Mapping[str, Any], env: VecEnv) -> PopulationActorCritic:
+    pop = cfg["population"]
+    return PopulationActorCritic(
+        env.obs_dim,
+        env.action_dim,
+        num_members=int(pop["size"]),
+        parameterization=str(pop["kind"]),
+        actor_hidden=tuple(pop["hidden"]),
+        critic_hidden=tuple(pop["hidden"]),
+        activation=str(pop["activation"]),
+        init_log_std=float(pop["init_log_std"]),
+        normalize_obs=bool(pop["obs_norm"]),
+    ).to(env.device)
+
+
+def build_ppo(cfg: Mapping[str, Any], model: PopulationActorCritic) -> PPO:
+    p = dict(cfg["ppo"])
+    desired_kl = p.pop("desired_kl", None)
+    return PPO(
+        model,
+        PPOConfig(
+            **p,
+            desired_kl=float(desired_kl) if desired_kl else 0.01,
+            schedule="adaptive" if desired_kl else "fixed",
+        ),
+    )
+
+
+class PretrainRunner(RunnerBase):
+    """K-Myriad pretraining from a resolved config (see ``configs/pretrain.yaml``).
+
+    Args:
+        cfg: the resolved config as a mapping.
+        run_dir: the run folder.
+    """
+
+    RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
+        *RunnerBase.RESUME_IGNORED_KEYS,
+        "iterations",
+        "eval.*",
+        "torch_threads",
+    )
+
+    def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
+        super().__init__(
+            cfg,
+            run_dir,
+            progress=bool(cfg.get("progress", True)),
+            checkpoint_every=int(cfg.get("checkpoint_every", 0)),
+            keep_checkpoints=cfg.get("keep_checkpoints"),
+        )
+        cfg = self.config
+        seed = int(cfg["seed"])
+        seed_everything(seed)
+        obj_cfg = cfg["objective"]
+        check_population(
+            int(cfg["num_envs"]),
+            int(cfg["population"]["size"]),
+            int(cfg["num_steps"]),
+            int(obj_cfg["k"]),
+        )
+        self.env = make_from_config(
+            cfg["env"], int(cfg["num_envs"]), cfg["device"], cfg.get("distributed")
+        )
+        self.model = build_model(cfg, self.env)
+        self.algorithm = build_ppo(cfg, self.model)
+        self.collector = RolloutCollector(
+            self.env,
+            self.model,
+            generator=make_generator(seed, self.env.device),
+            store_transitions=True,
+        )
+        self.storage = self.collector.make_storage(int(cfg["num_steps"]))
+        self.collector.reset(seed)
+        if cfg.get("desync_episodes", True) and isinstance(self.env, TensorVecEnv):
+            self.env.randomize_episode_progress()
+        self.member = self.collector.member
+        self.num_members = self.model.num_members
+        self.measure = EntropyMeasurement(
+            int(obj_cfg["k"]),
+            self.num_members,
+            self.env.features.dim,
+            backend=str(obj_cfg.get("backend", "auto")),
+            min_distance=float(obj_cfg.get("min_distance", 1e-3)),
+        )
+        self.objective = build_objective(obj_cfg, self.model, self.algorithm)
+        spec = self.env.features
+        self._reachable = (
+            torch.as_tensor(spec.reachable, device=self.env.device)
+            if spec.reachable is not None
+            else None
+        )
+        self.visited = torch.zeros(
+            self.num_members,
+            int(np.prod(spec.cells)) if spec.cells else 1,
+            dtype=torch.bool,
+            device=self.env.device,
+        )
+        # Opened at the first write (or by resume), so that resuming never truncates the file.
+        self.dataset: D4RLWriter | None = None
+        self.assembler: EpisodeAssembler | None = None
+
+    # -- dataset ---------------------------------------------------------------------------
+    @property
+    def dataset_path(self) -> Path:
+        return self.run_dir / str(self.config["dataset"]["path"])
+
+    def _open_dataset(self, resume_rows: int | None) -> None:
+        env, cfg = self.env, self.config
+        if self.dataset is not None:
+            self.dataset.close(complete=False)
+        self.dataset = D4RLWriter(
+            self.dataset_path,
+            env.obs_dim,
+            env.action_dim,
+            env.features.names,
+            metadata={
+                "env": cfg["env"]["name"],
+                "env_options": cfg["env"].get("options") or {},
+                "config": cfg,
+                "population_size": self.num_members,
+                "seed": int(cfg["seed"]),
+                "reward": "intrinsic k-NN reward of the pretraining objective",
+                "feature_names": list(env.features.names),
+            },
+            resume_rows=resume_rows,
+        )
+        p = env.features.dim
+        self.assembler = EpisodeAssembler(
+            env.num_envs,
+            env.max_episode_steps,
+            {
+                "observations": ((env.obs_dim,), np.float32),
+                "next_observations": ((env.obs_dim,), np.float32),
+                "actions": ((env.action_dim,), np.float32),
+                "rewards": ((), np.float32),
+                "terminals": ((), np.bool_),
+                "timeouts": ((), np.bool_),
+                "member": ((), np.int32),
+                "features": ((p,), np.float32),
+            },
+        )
+
+    def _write_dataset(self) -> None:
+        """Append the episodes that ended in this rollout (one host copy per iteration)."""
+        s = self.storage
+        t, e = s.num_steps, s.num_envs
+        steps = {
+            "observations": s.obs,
+            "next_observations": s.extras["next_obs"],
+            "actions": s.actions,
+            "rewards": s.rewards,
+            "terminals": s.terminated,
+            "timeouts": s.truncated,
+            "member": self.member.expand(t, e).to(torch.int32),
+            "features": s.extras["state_features"],
+        }
+        host = {k: v.detach().cpu().numpy() for k, v in steps.items()}
+        rows = self.assembler.add(host, host["terminals"] | host["timeouts"])
+        self.dataset.append(rows)
+
+    def _finish_dataset(self) -> Path | None:
+        if self.dataset is None:
+            return None
+        rows, last = self.assembler.flush()
+        rows["timeouts"] = rows["timeouts"] | last  # the run's end cuts unfinished episodes
+        self.dataset.append(rows)
+        path = self.dataset.close(complete=True)
+        self.dataset = None
+        return path
+
+    # -- one iteration ---------------------------------------------------------------------
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.storage.num_steps * self.storage.num_envs
+
+    def iteration(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        self.collector.collect(self.storage)
+        t_collect = time.perf_counter() - t0
+
+        features = self.storage.features  # [T, E, p] states reached
+        if not torch.isfinite(features).all():
+            raise FloatingPointError(
+                f"env {self.env.name} returned non-finite entropy features; check the env "
+                "(unstable simulation?) before pretraining on it"
+            )
+        t1 = time.perf_counter()
+        measurement = self.measure(features)
+        t_knn = time.perf_counter() - t1
+        stats = self.objective.update(self.storage, measurement)
+        t_update = time.perf_counter() - t1 - t_knn
+
+        scalars: dict[str, float] = {f"train/{k}": v for k, v in stats.items()}
+        scalars.update(measurement.scalars())
+        scalars.update(self._coverage(features))
+        scalars.update(self._pairwise_kl())
+        if self.config["dataset"]["enabled"]:
+            if self.dataset is None:
+                self._open_dataset(resume_rows=None)
+            self._write_dataset()
+        total = time.perf_counter() - t0
+        scalars["perf/knn_share"] = t_knn / total
+        scalars["perf/collect_share"] = t_collect / total
+        scalars["perf/update_share"] = t_update / total
+        scalars.update(self.collector.episodes.summary())
+        return scalars
+
+    def _coverage(self, features: torch.Tensor) -> dict[str, float]:
+        """Coverage of this rollout per member and union, and of everything visited so far."""
+        spec = self.env.features
+        if not spec.cells:
+            return {}
+        flat = features.reshape(-1, spec.dim)
+        member = self.member.expand(features.shape[0], -1).reshape(-1)
+        low, high = spec.bounds(flat.device)
+        cov = coverage(
+            flat,
+            low,
+            high,
+            spec.cells,
+            member,
+            num_groups=self.num_members,
+            reachable=self._reachable,
+        )
+        cell, inside = cell_index(flat, low, high, spec.cells)
+        self.visited[member[inside], cell[inside]] = True
+        union_visited = self.visited.any(dim=0)
+        if self._reachable is not None:
+            reach = self._reachable.reshape(-1)
+            cumulative = float((union_visited & reach).sum()) / float(reach.sum())
+        else:
+            cumulative = float(union_visited.float().mean())
+        out = {f"coverage/member_{i}": float(c) for i, c in enumerate(cov.per_group.tolist())}
+        out["coverage/union"] = float(cov.union)
+        out["coverage/member_mean"] = float(cov.per_group.mean())
+        out["coverage/cumulative_union"] = cumulative
+        return out
+
+    @torch.no_grad()
+    def _pairwise_kl(self, max_states: int = 2048) -> dict[str, float]:
+        """Mean KL between members' action distributions on a shared sample of visited states."""
+        if self.num_members < 2:
+            return {}
+        obs = self.storage.obs.reshape(-1, self.env.obs_dim)
+        idx = torch.linspace(0, len(obs) - 1, min(max_states, len(obs)), device=obs.device).long()
+        means = self.model.member_action_means(obs[idx])
+        kl = pairwise_gaussian_kl(means, self.model.member_log_std().unsqueeze(1))
+        m = self.num_members
+        off = kl[~torch.eye(m, dtype=torch.bool, device=kl.device)]
+        return {
+            "diversity/pairwise_kl_mean": float(off.mean()),
+            "diversity/pairwise_kl_min": float(off.min()),
+        }
+
+    # -- state and results -----------------------------------------------------------------
+    def state_objects(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "algorithm": self.algorithm,
+            "collector": self.collector,
+            "objective": self.objective,
+            "measure": self.measure,
+            "progress": _Tensors(self, ("visited",)),
+            "dataset": _DatasetState(self),
+        }
+
+    @torch.no_grad()
+    def evaluate(self, episodes: int = 1) -> dict[str, Any]:
+        """Run the final population for ``episodes`` full episodes in a fresh copy of the env;
+        returns the visited features, members, coverage and entropies, and writes the plots."""
+        cfg = self.config
+        env = make(
+            cfg["env"]["name"],
+            self.env.num_envs,
+            self.env.device,
+            **dict(cfg["env"].get("options") or {}),
+        )
+        gen = make_generator(int(cfg["seed"]) + 1, env.device)
+        obs = env.reset(seed=int(cfg["seed"]) + 1)
+        feats, members = [], []
+        for _ in range(episodes * env.max_episode_steps):
+            out = self.model.act(obs, self.member, gen, blocked=self.collector.blocked)
+            obs, _, _, _, info = env.step(out.actions)
+            feats.append(info["features"])
+            members.append(self.member)
+        env.close()
+        features = torch.stack(feats)
+        member = torch.stack(members)
+        spec = self.env.features
+        flat = features.reshape(-1, spec.dim)
+        result: dict[str, Any] = {}
+        if spec.cells:
+            low, high = spec.bounds(flat.device)
+            cov = coverage(
+                flat,
+                low,
+                high,
+                spec.cells,
+                member.reshape(-1),
+                num_groups=self.num_members,
+                reachable=self._reachable,
+            )
+            result["eval_coverage_union"] = float(cov.union)
+            result["eval_coverage_per_member"] = [float(c) for c in cov.per_group.tolist()]
+        measurement = self.measure.evaluate(features)
+        result.update({f"eval_{k.replace('/', '_')}": v for k, v in measurement.scalars().items()})
+        walls = getattr(self.env, "layout", None)
+        coverage_map(
+            self.plots_dir / "coverage_map.png",
+            features.reshape(-1, spec.dim).cpu().numpy(),
+            member.reshape(-1).cpu().numpy(),
+            spec,
+            walls=walls.walls_xy() if walls is not None else None,
+            coverage=result.get("eval_coverage_per_member"),
+            union_coverage=result.get("eval_coverage_union"),
+            title=(
+                f"{cfg['env']['name']}: {self.num_members} members, "
+                f"beta={cfg['objective']['beta']}"
+            ),
+        )
+        entropy_curves(
+            self.plots_dir / "entropy_coverage.png", self.logger.history, self.steps_per_iteration
+        )
+        return result
+
+    def finish(self) -> dict[str, Any]:
+        """Close the dataset, evaluate, write plots and ``summary.json``; returns the summary."""
+        dataset = self._finish_dataset()
+        result = self.evaluate(int(self.config["eval"]["episodes"]))
+        summary = {**self.summary(), **self.logger.latest(), **result}
+        summary["dataset"] = str(dataset) if dataset else None
+        summary["checkpoint"] = str(self.save_checkpoint())
+        summary["plots"] = str(self.plots_dir)
+        self.logger.write_summary(self.run_dir / "summary.json", **summary)
+        return summary
+
+    def close(self) -> None:
+        """Release files; an unfinished dataset stays as its ``.partial`` file for resume."""
+        if self.dataset is not None:
+            self.dataset.close(complete=False)
+            self.dataset = None
+        super().close()
+
+
+class _Tensors:
+    """Adapts named tensor attributes of an object to ``state_dict`` / ``load_state_dict``."""
+
+    def __init__(self, owner: Any, names: tuple[str, ...]) -> None:
+        self.owner, self.names = owner, names
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {n: getattr(self.owner, n).detach().cpu().clone() for n in self.names}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for n in self.names:
+            getattr(self.owner, n).copy_(state[n])
+
+
+class _DatasetState:
+    """The dataset's row count and unfinished episodes, so a resumed run appends exactly."""
+
+    def __init__(self, runner: PretrainRunner) -> None:
+        self.runner = runner
+
+    def state_dict(self) -> dict[str, Any]:
+        r = self.runner
+        if r.dataset is None:
+            return {"rows": None}
+        r.dataset.file.flush()
+        episodes = r.assembler.state_dict()
+        # Checkpoints hold tensors only (they load with weights_only=True).
+        return {
+            "rows": r.dataset.rows,
+            "length": torch.from_numpy(episodes["length"]),
+            "staging": {k: torch.from_numpy(v) for k, v in episodes["staging"].items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        r = self.runner
+        if state["rows"] is None or not r.config["dataset"]["enabled"]:
+            return
+        r._open_dataset(resume_rows=int(state["rows"]))
+        r.assembler.load_state_dict(
+            {
+                "length": state["length"].numpy(),
+                "staging": {k: v.numpy() for k, v in state["staging"].items()},
+            }
+        )

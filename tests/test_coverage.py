@@ -1,0 +1,108 @@
+"""Grid coverage against a brute-force set-based reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from myriad.entropy import cell_index, coverage
+
+
+def reference_coverage(
+    points: torch.Tensor,
+    group: torch.Tensor,
+    m: int,
+    low: list[float],
+    high: list[float],
+    cells: list[int],
+    reachable: torch.Tensor | None,
+) -> tuple[float, list[float]]:
+    """Python sets of visited cell tuples, one point at a time."""
+    visited: list[set[tuple[int, ...]]] = [set() for _ in range(m)]
+    for x, g in zip(points.tolist(), group.tolist()):
+        if not all(lo <= v <= hi for v, lo, hi in zip(x, low, high)):
+            continue
+        cell = tuple(
+            min(c - 1, math.floor((v - lo) / (hi - lo) * c))
+            for v, lo, hi, c in zip(x, low, high, cells)
+        )
+        if reachable is None or bool(reachable[cell]):
+            visited[g].add(cell)
+    total = math.prod(cells) if reachable is None else int(reachable.sum())
+    union = set().union(*visited)
+    return len(union) / total, [len(v) / total for v in visited]
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_matches_set_reference(dim: int, use_mask: bool) -> None:
+    g = torch.Generator().manual_seed(dim)
+    m = 5
+    low, high = [-1.0, 0.0, 2.0][:dim], [1.0, 3.0, 2.5][:dim]
+    cells = [7, 4, 5][:dim]
+    lo, hi = torch.tensor(low), torch.tensor(high)
+    # Some points fall outside the bounds, some exactly on them.
+    points = lo + (hi - lo) * (torch.rand(400, dim, generator=g) * 1.2 - 0.1)
+    points[:5] = hi
+    points[5:10] = lo
+    group = torch.randint(0, m, (400,), generator=g)
+    group[:m] = torch.arange(m)  # no empty group
+    reachable = torch.rand(*cells, generator=g) > 0.3 if use_mask else None
+    cov = coverage(points, low, high, cells, group, reachable=reachable)
+    union, per_group = reference_coverage(points, group, m, low, high, cells, reachable)
+    assert cov.union == pytest.approx(union)
+    torch.testing.assert_close(cov.per_group, torch.tensor(per_group, dtype=torch.float64))
+    assert cov.reachable_cells == (math.prod(cells) if reachable is None else int(reachable.sum()))
+    assert cov.union_cells == round(union * cov.reachable_cells)
+
+
+def test_equal_blocks_single_group_and_full_cover() -> None:
+    # A point at every cell centre of a 4 x 3 grid, split into 2 blocks of 6.
+    ii, jj = torch.meshgrid(torch.arange(4), torch.arange(3), indexing="ij")
+    centres = torch.stack([(ii.flatten() + 0.5) / 4, (jj.flatten() + 0.5) / 3], dim=1)
+    cov = coverage(centres, [0, 0], [1, 1], [4, 3], num_groups=2)
+    assert cov.union == 1.0
+    torch.testing.assert_close(cov.per_group, torch.tensor([0.5, 0.5], dtype=torch.float64))
+    single = coverage(centres[:3], [0, 0], [1, 1], [4, 3])
+    assert single.per_group.shape == (1,)
+    assert single.union == pytest.approx(3 / 12)
+
+
+def test_cell_index_row_major_and_edges() -> None:
+    pts = torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.99, 0.0], [0.0, 0.5], [1.5, 0.2]])
+    flat, inside = cell_index(pts, [0, 0], [1, 1], [4, 2])
+    reachable = torch.zeros(4, 2, dtype=torch.bool)
+    assert flat[:4].tolist() == [0, 7, 6, 1]  # (0,0), (3,1) on the upper edge, (3,0), (0,1)
+    assert inside.tolist() == [True, True, True, True, False]
+    reachable.view(-1)[flat[:4]] = True
+    cov = coverage(pts, [0, 0], [1, 1], [4, 2], reachable=reachable)
+    assert cov.union == 1.0 and cov.reachable_cells == 4
+
+
+def test_unreachable_visits_do_not_count() -> None:
+    reachable = torch.tensor([[True, False], [True, True]])
+    pts = torch.tensor([[0.1, 0.9], [0.9, 0.9]])  # cells (0,1) unreachable and (1,1)
+    cov = coverage(pts, [0, 0], [1, 1], 2, reachable=reachable)
+    assert cov.union_cells == 1 and cov.union == pytest.approx(1 / 3)
+
+
+def test_bad_input() -> None:
+    pts = torch.rand(10, 2)
+    with pytest.raises(ValueError, match="have no points"):
+        coverage(pts, [0, 0], [1, 1], 4, torch.tensor([0] * 5 + [2] * 5))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        coverage(torch.tensor([[0.1, float("nan")]]), [0, 0], [1, 1], 4)
+    with pytest.raises(ValueError, match="high must exceed low"):
+        coverage(pts, [0, 1], [1, 1], 4)
+    with pytest.raises(ValueError, match=r"shape \[2\]"):
+        coverage(pts, [0], [1, 1], 4)
+    with pytest.raises(ValueError, match="cells"):
+        coverage(pts, [0, 0], [1, 1], [4, 0])
+    with pytest.raises(ValueError, match="expected"):
+        coverage(pts, [0, 0], [1, 1], 4, reachable=torch.ones(3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="no cell as reachable"):
+        coverage(pts, [0, 0], [1, 1], 2, reachable=torch.zeros(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="move both to one device"):
+        coverage(pts, torch.zeros(2, device="meta"), [1, 1], 4)

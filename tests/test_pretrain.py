@@ -1,0 +1,157 @@
+"""K-Myriad pretraining: config checks, the run folder, the dataset, exact resume, objectives."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from myriad.datasets import read_d4rl
+from myriad.pretrain import pretrain
+from myriad.pretrain.api import resolve_config
+from myriad.pretrain.runner import PretrainRunner
+from myriad.utils.checkpoint import ConfigMismatchError
+from myriad.utils.config import ConfigError, PretrainConfigError
+
+TINY = [
+    "env=four_rooms",
+    "num_envs=64",
+    "num_steps=16",
+    "population.size=4",
+    "population.hidden=[32,32]",
+    "ppo.epochs=2",
+    "ppo.minibatches=2",
+    "iterations=4",
+    "checkpoint_every=2",
+    "keep_checkpoints=null",
+    "progress=false",
+    "env.options.max_episode_steps=20",
+]
+
+
+def _run(tmp_path: Path, extra: list[str] = (), name: str = "run") -> dict:
+    return pretrain([*TINY, *extra], run_dir=tmp_path / name, quiet=True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["num_envs=8", "population.size=16"], "larger than num_envs=8"),
+        (["num_envs=100", "population.size=8"], "use num_envs=96 or 104"),
+        (["num_envs=16", "num_steps=2", "population.size=8", "objective.k=4"], "lower objective.k"),
+    ],
+)
+def test_bad_population_layouts_name_the_fix(tmp_path, overrides, match):
+    with pytest.raises(PretrainConfigError, match=match):
+        pretrain([*TINY, *overrides], run_dir=tmp_path / "bad", quiet=True)
+
+
+def test_unknown_override_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"env: .*maze"):
+        pretrain(["env=no_such_env"], run_dir=tmp_path / "x", quiet=True)
+
+
+def test_run_folder_contents(tmp_path):
+    summary = _run(tmp_path)
+    run = tmp_path / "run"
+    assert (run / "config.yaml").is_file()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "iter_000004.pt"
+    assert list(run.glob("events.out.tfevents.*"))
+    assert (run / "plots" / "coverage_map.png").is_file()
+    assert (run / "plots" / "entropy_coverage.png").is_file()
+    saved = json.loads((run / "summary.json").read_text())
+    for key in (
+        "entropy/collective",
+        "entropy/diversity",
+        "coverage/union",
+        "perf/knn_share",
+        "diversity/pairwise_kl_mean",
+        "eval_coverage_union",
+    ):
+        assert key in saved, key
+    assert 0 < saved["perf/knn_share"] < 1
+    assert summary["dataset"].endswith("transitions.hdf5")
+
+
+def test_dataset_is_episode_contiguous_and_consistent(tmp_path):
+    _run(tmp_path)
+    data = read_d4rl(tmp_path / "run" / "dataset" / "transitions.hdf5")
+    n = len(data["observations"])
+    # Every transition collected is written once: 4 iterations x 16 steps x 64 envs.
+    assert n == 4 * 16 * 64
+    ends = data["terminals"] | data["timeouts"]
+    within = ~ends[:-1]
+    np.testing.assert_array_equal(
+        data["next_observations"][:-1][within], data["observations"][1:][within]
+    )
+    members = data["infos"]["member"]
+    assert set(np.unique(members)) == {0, 1, 2, 3}
+    # An episode never changes member.
+    assert (members[1:][within] == members[:-1][within]).all()
+    # infos/x, y are the features of the observation's state: here the position that the
+    # observation encodes as 2 * x / W - 1.
+    width = 13.0
+    np.testing.assert_allclose(
+        data["infos"]["x"], (data["observations"][:, 0] + 1) * width / 2, atol=1e-4
+    )
+    assert data["metadata"]["population_size"] == 4
+
+
+def test_resume_is_exact(tmp_path):
+    _run(tmp_path, name="straight")
+    cfg = resolve_config([*TINY, "iterations=2"])
+    runner = PretrainRunner(cfg, tmp_path / "split")
+    runner.learn(2)
+    runner.close()
+    pretrain(["iterations=4"], resume=tmp_path / "split", quiet=True)
+    a = torch.load(tmp_path / "straight" / "checkpoints" / "iter_000004.pt", weights_only=True)
+    b = torch.load(tmp_path / "split" / "checkpoints" / "iter_000004.pt", weights_only=True)
+    for key, value in a["state"]["model"].items():
+        assert torch.equal(value, b["state"]["model"][key]), key
+    da = read_d4rl(tmp_path / "straight" / "dataset" / "transitions.hdf5")
+    db = read_d4rl(tmp_path / "split" / "dataset" / "transitions.hdf5")
+    for key in ("observations", "actions", "rewards", "terminals", "timeouts"):
+        np.testing.assert_array_equal(da[key], db[key])
+
+
+def test_resume_with_another_config_lists_differences(tmp_path):
+    _run(tmp_path)
+    with pytest.raises(ConfigMismatchError, match=r"objective\.beta"):
+        pretrain(["objective.beta=0.5", "iterations=6"], resume=tmp_path / "run", quiet=True)
+
+
+def test_importance_weighted_objective_respects_trust_region(tmp_path):
+    summary = _run(tmp_path, ["objective=mepol", "objective.kl_threshold=0.05"], name="mepol")
+    assert summary["train/kl"] <= 0.05 + 1e-6
+    assert summary["train/inner_steps"] >= 1
+
+
+def test_single_policy_baseline_runs(tmp_path):
+    summary = _run(tmp_path, ["population.size=1"], name="single")
+    assert "diversity/pairwise_kl_mean" not in summary
+    assert summary["entropy/diversity"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_pretraining_raises_entropy_and_coverage(tmp_path):
+    """A short K-Myriad run on four rooms: the population's collective entropy and cumulative
+    union coverage grow clearly from the first rollout."""
+    cfg = resolve_config(
+        [
+            "env=four_rooms",
+            "num_envs=256",
+            "num_steps=32",
+            "population.size=4",
+            "progress=false",
+            "dataset.enabled=false",
+        ]
+    )
+    runner = PretrainRunner(cfg, tmp_path / "learn")
+    runner.learn(25)
+    history = runner.logger.history
+    runner.close()
+    entropy = [v for _, v in history["entropy/collective"]]
+    diversity = [v for _, v in history["entropy/diversity"]]
+    assert np.mean(entropy[-5:]) > entropy[0] + 0.3
+    assert abs(diversity[0]) < 0.1 and np.mean(diversity[-5:]) > 0.3
+    assert history["coverage/cumulative_union"][-1][1] > 0.9
