@@ -4,6 +4,8 @@ myriad envs                      list registered environments, spaces and entrop
 myriad envs check NAME [...]     verify the VecEnv contract of an environment
 myriad bench envs|knn [...]      throughput benchmarks (JSON + table)
 myriad doctor                    installed components, faiss CPU/GPU, CUDA
+myriad export RUN --format F     convert a run's dataset (hdf5 | zarr | minari), streaming
+myriad dataset info|validate P   summarise or check a dataset of any format
 """
 
 from __future__ import annotations
@@ -98,6 +100,66 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _parse_goal(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    parts = [p for p in text.replace(",", " ").split() if p]
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"--goal takes X,Y (two numbers), got {text!r}")
+    return float(parts[0]), float(parts[1])
+
+
+def _parse_members(values: list[str] | None) -> list[int] | None:
+    if not values:
+        return None
+    return [int(v) for item in values for v in item.split(",") if v.strip()]
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from myriad.datasets import export
+
+    try:
+        result = export(
+            args.run,
+            args.format,
+            out=args.out,
+            members=_parse_members(args.members),
+            dataset_id=args.dataset_id,
+            task=args.task,
+            goal=_parse_goal(args.goal),
+            chunk_rows=args.chunk_rows,
+        )
+    except (ValueError, argparse.ArgumentTypeError, FileExistsError) as exc:
+        # Incomplete sources, unknown members, existing outputs: one line, not a traceback.
+        print(f"myriad: error: {exc}", file=sys.stderr)
+        return 2
+    rate = result.rows / max(result.seconds, 1e-9)
+    print(
+        f"exported {result.rows:,} rows to {result.path} ({args.format}) in "
+        f"{result.seconds:.1f} s ({rate:,.0f} rows/s)"
+    )
+    return 0
+
+
+def _cmd_dataset(args: argparse.Namespace) -> int:
+    import json
+
+    from myriad.datasets import dataset_info, validate
+    from myriad.datasets.inspection import info_text
+
+    if args.action == "info":
+        try:
+            info = dataset_info(args.path)
+        except ValueError as exc:  # an incomplete dataset: say so and fail
+            print(f"myriad: error: {exc}", file=sys.stderr)
+            return 1
+        print(json.dumps(info, indent=2) if args.json else info_text(info))
+        return 0
+    report = validate(args.path)
+    print(report.text())
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="myriad", description="Populations of policies at scale (K-Myriad, CPO)."
@@ -137,6 +199,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks; extra flags go to the benchmark")
     bench.add_argument("which", choices=sorted(BENCHMARKS))
+
+    export = sub.add_parser(
+        "export", help="convert a pretraining run's dataset to hdf5 | zarr | minari, streaming"
+    )
+    export.add_argument("run", metavar="RUN", help="run folder or dataset (any format)")
+    export.add_argument("--format", required=True, choices=["hdf5", "zarr", "minari"])
+    export.add_argument(
+        "--members", nargs="+", metavar="M", help="keep these members only (0 3 or 0,3)"
+    )
+    export.add_argument(
+        "--out",
+        help="output file (hdf5) or store (zarr), or the Minari datasets root (minari; default "
+        "$MINARI_DATASETS_PATH or ~/.minari/datasets); default: next to the source",
+    )
+    export.add_argument("--dataset-id", help="Minari dataset id (default myriad/<env>/<run>-v0)")
+    export.add_argument(
+        "--task", choices=["sparse", "dense"], help="relabel rewards with this nav task"
+    )
+    export.add_argument("--goal", metavar="X,Y", help="the task's goal (default: the env's)")
+    export.add_argument("--chunk-rows", type=int, default=16384, help="rows per read/write")
+
+    data = sub.add_parser("dataset", help="summarise (info) or check (validate) a dataset")
+    data.add_argument("action", choices=["info", "validate"])
+    data.add_argument("path", metavar="PATH", help="dataset (hdf5 | zarr | minari) or run folder")
+    data.add_argument("--json", action="store_true", help="info as JSON")
 
     sub.add_parser("doctor", help="report installed components (faiss CPU/GPU, CUDA, extras)")
     return parser
@@ -179,6 +266,8 @@ def _dispatch(argv: list[str]) -> int:
         "pretrain": lambda: _cmd_pretrain(args, rest),
         "finetune": lambda: _cmd_finetune(args, rest),
         "doctor": lambda: _cmd_doctor(args),
+        "export": lambda: _cmd_export(args),
+        "dataset": lambda: _cmd_dataset(args),
     }
     if rest and args.command not in ("bench", "pretrain", "finetune"):
         parser.error(f"unrecognised arguments: {' '.join(rest)}")

@@ -1,0 +1,348 @@
+"""PPO vs SAPG vs CPO vs PBT on a sparse goal, each with and without K-Myriad initialisation.
+
+Every (algorithm, init, seed) run trains for the same number of env steps and evaluates its
+leader (deterministic actions, fresh envs) every ``--eval-every`` iterations. Per run:
+
+- ``final_success``: the leader's success over ``--final-episodes`` episodes at the end;
+- ``auc``: mean of the leader's evaluated success over the run (sample efficiency);
+- ``steps_to_half``: env steps until the evaluated success first reaches 0.5 (the budget when
+  it never does);
+- ``leader_ess``: mean normalised ESS of the leader's off-policy batch (SAPG, CPO).
+
+Aggregates across seeds are the interquartile mean (IQM) and the mean with 95% stratified
+bootstrap confidence intervals from ``rliable``. A second measurement compares the learning
+throughput (collection + update, env steps per second) of a population of 16 with a single
+policy on the same number of envs.
+
+    python benchmarks/finetune_compare.py --init runs/pretrain/nav-maze-... --seeds 5
+
+writes ``--out`` (JSON) and a figure next to it (same name, ``.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from myriad.finetune.api import resolve_config
+from myriad.finetune.runner import FinetuneRunner
+from myriad.utils.checkpoint import library_versions
+
+ALGOS = ("ppo", "sapg", "cpo", "pbt")
+
+
+def run_once(
+    algo: str,
+    seed: int,
+    init: str | None,
+    args: argparse.Namespace,
+    workdir: Path,
+) -> dict[str, Any]:
+    """One training run; returns its curve and summary numbers."""
+    overrides = [
+        f"seed={seed}",
+        f"num_envs={args.num_envs}",
+        f"eval.every={args.eval_every}",
+        f"eval.episodes={args.eval_episodes}",
+        "checkpoint_every=0",
+        "progress=false",
+        "plots=false",
+        "tensorboard=false",
+        *args.overrides,
+    ]
+    cfg = resolve_config(algo, overrides, init=init)
+    name = f"{algo}-{'init' if init else 'scratch'}-{seed}"
+    runner = FinetuneRunner(cfg, workdir / name)
+    start = time.perf_counter()
+    try:
+        if init:
+            runner.initialise(cfg["init"]["source"])
+        runner.learn(args.iterations)
+        final = runner.evaluate_leader(args.final_episodes)["eval/leader_success"]
+        history = runner.logger.history
+        steps_per_iteration = runner.steps_per_iteration
+    finally:
+        runner.close()
+    wall = time.perf_counter() - start
+    curve = [(step * steps_per_iteration, value) for step, value in history["eval/leader_success"]]
+    budget = args.iterations * steps_per_iteration
+    reached = [s for s, v in curve if v >= 0.5]
+    ess = [v for _, v in history.get("train/leader_ess", [])]
+    return {
+        "algo": algo,
+        "init": bool(init),
+        "seed": seed,
+        "curve": curve,
+        "final_success": final,
+        "auc": float(np.mean([v for _, v in curve])) if curve else 0.0,
+        "steps_to_half": reached[0] if reached else budget,
+        "leader_ess": float(np.mean(ess)) if ess else None,
+        "ess_curve": [(s * steps_per_iteration, v) for s, v in history.get("train/leader_ess", [])],
+        "wall_s": wall,
+        "env_steps": budget,
+    }
+
+
+def aggregate(runs: list[dict[str, Any]], reps: int) -> dict[str, Any]:
+    """IQM and mean with 95% stratified bootstrap CIs, per variant and metric."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    variants = sorted(
+        {(r["algo"], r["init"]) for r in runs}, key=lambda v: (ALGOS.index(v[0]), v[1])
+    )
+    out: dict[str, Any] = {}
+    for metric in ("final_success", "auc", "steps_to_half"):
+        scores = {
+            f"{a}{'+init' if i else ''}": np.array(
+                [[r[metric]] for r in runs if r["algo"] == a and r["init"] == i], dtype=float
+            )
+            for a, i in variants
+        }
+
+        def both(x: np.ndarray) -> np.ndarray:
+            return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x)])
+
+        points, intervals = rly.get_interval_estimates(scores, both, reps=reps)
+        out[metric] = {
+            name: {
+                "iqm": float(points[name][0]),
+                "iqm_ci95": [float(intervals[name][0, 0]), float(intervals[name][1, 0])],
+                "mean": float(points[name][1]),
+                "mean_ci95": [float(intervals[name][0, 1]), float(intervals[name][1, 1])],
+                "values": scores[name][:, 0].tolist(),
+            }
+            for name in scores
+        }
+    ess = {}
+    for a, i in variants:
+        values = [r["leader_ess"] for r in runs if r["algo"] == a and r["init"] == i]
+        if values and values[0] is not None:
+            ess[f"{a}{'+init' if i else ''}"] = {
+                "mean": float(np.mean(values)),
+                "min": float(np.min(values)),
+                "max": float(np.max(values)),
+            }
+    out["leader_ess"] = ess
+    return out
+
+
+def claims(agg: dict[str, Any]) -> dict[str, Any]:
+    """The CPO paper's claims, re-measured on these runs."""
+    auc = agg["auc"]
+    final = agg["final_success"]
+    half = agg["steps_to_half"]
+
+    def iqm(table: dict[str, Any], key: str) -> float | None:
+        return table[key]["iqm"] if key in table else None
+
+    out: dict[str, Any] = {}
+    for suffix in ("+init", ""):
+        keys = [f"{a}{suffix}" for a in ("cpo", "sapg", "ppo")]
+        if all(k in auc for k in keys):
+            c, s, p = (iqm(auc, k) for k in keys)
+            out[f"cpo>=sapg>=ppo (auc{suffix or ', scratch'})"] = {
+                "holds": bool(c >= s >= p),
+                "auc_iqm": dict(zip(keys, (c, s, p))),
+                "final_success_iqm": {k: iqm(final, k) for k in keys},
+            }
+    for suffix in ("+init", ""):
+        c, s = f"cpo{suffix}", f"sapg{suffix}"
+        if c in agg["leader_ess"] and s in agg["leader_ess"]:
+            ce, se = agg["leader_ess"][c]["mean"], agg["leader_ess"][s]["mean"]
+            out[f"cpo keeps leader ESS above sapg{suffix or ' (scratch)'}"] = {
+                "holds": bool(ce > se),
+                "ratio": ce / se if se > 0 else None,
+                "cpo": ce,
+                "sapg": se,
+            }
+    for a in ALGOS:
+        if f"{a}+init" in half and a in half:
+            with_init, scratch = iqm(half, f"{a}+init"), iqm(half, a)
+            budget = max(half[f"{a}+init"]["values"] + half[a]["values"])
+            never = with_init >= budget and scratch >= budget
+            out[f"K-Myriad init reaches the goal sooner ({a})"] = {
+                # Neither variant reaching 50% within the budget decides nothing.
+                "holds": None if never else bool(with_init < scratch),
+                "steps_to_half_iqm": {"init": with_init, "scratch": scratch},
+            }
+    return out
+
+
+def throughput(num_envs: int, iterations: int, workdir: Path) -> dict[str, Any]:
+    """Env steps per second of collection + update: PPO with one policy vs populations of 16."""
+    out = {}
+    variants = [("ppo", 1), ("sapg", 16), ("cpo", 16), ("pbt", 16)]
+    for algo, members in variants:
+        cfg = resolve_config(
+            algo,
+            [
+                f"num_envs={num_envs}",
+                f"population.size={members}",
+                "eval.every=0",
+                "checkpoint_every=0",
+                "progress=false",
+                "plots=false",
+                "tensorboard=false",
+                "population.kind=shared_trunk",
+            ],
+        )
+        runner = FinetuneRunner(cfg, workdir / f"throughput-{algo}-{members}")
+        try:
+            runner.learn(1)  # warm-up: first-call allocations
+            start, steps = time.perf_counter(), runner.env_steps
+            runner.learn(1 + iterations)
+            elapsed = time.perf_counter() - start
+            out[f"{algo} (M={members})"] = (runner.env_steps - steps) / elapsed
+        finally:
+            runner.close()
+    return {"num_envs": num_envs, "steps_per_second": out}
+
+
+def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any], reps: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rliable import library as rly
+    from rliable import metrics
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    colors = {"ppo": "tab:gray", "sapg": "tab:blue", "cpo": "tab:red", "pbt": "tab:green"}
+    ax = axes[0]
+    for algo in ALGOS:
+        for init in (True, False):
+            group = [r for r in runs if r["algo"] == algo and r["init"] == init]
+            if not group:
+                continue
+            steps = np.array([s for s, _ in group[0]["curve"]])
+            values = np.array([[v for _, v in r["curve"]] for r in group])  # [seeds, points]
+            scores = {"x": values}
+            point, ci = rly.get_interval_estimates(
+                scores,
+                lambda x: np.array([metrics.aggregate_iqm(x[:, [j]]) for j in range(x.shape[1])]),
+                reps=reps,
+            )
+            style = "-" if init else ":"
+            label = f"{algo}{' + K-Myriad init' if init else ' (scratch)'}"
+            ax.plot(steps, point["x"], style, color=colors[algo], label=label, linewidth=1.4)
+            ax.fill_between(steps, ci["x"][0], ci["x"][1], color=colors[algo], alpha=0.12)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("leader success (deterministic), IQM")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=7)
+    ax.set_title("learning curves (95% CI)", fontsize=10)
+
+    for ax, metric, title in (
+        (axes[1], "auc", "sample efficiency: mean evaluated success (IQM, 95% CI)"),
+        (axes[2], "final_success", "final leader success (IQM, 95% CI)"),
+    ):
+        table = agg[metric]
+        names = list(table)
+        y = np.arange(len(names))
+        iqm = np.array([table[n]["iqm"] for n in names])
+        lo = np.array([table[n]["iqm_ci95"][0] for n in names])
+        hi = np.array([table[n]["iqm_ci95"][1] for n in names])
+        ax.barh(
+            y,
+            iqm,
+            xerr=[iqm - lo, hi - iqm],
+            color=[colors[n.split("+")[0]] for n in names],
+            alpha=0.8,
+            capsize=3,
+        )
+        ax.set_yticks(y, names, fontsize=8)
+        ax.set_xlim(0, 1.05)
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--init", required=True, help="pretraining run (K-Myriad) for the +init variants"
+    )
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--num-envs", type=int, default=512)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--eval-episodes", type=int, default=32)
+    parser.add_argument("--final-episodes", type=int, default=64)
+    parser.add_argument("--throughput-envs", type=int, default=1024)
+    parser.add_argument("--throughput-iterations", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("--out", default="benchmarks/results/finetune_compare.json")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides for every run (task=dense ...)"
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+
+    out_path = Path(args.out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="finetune-compare-") as tmp:
+        workdir = Path(tmp)
+        for seed in range(args.seeds):
+            for algo in args.algos:
+                for init in (args.init, None):
+                    record = run_once(algo, seed, init, args, workdir)
+                    runs.append(record)
+                    print(
+                        f"{algo:<5} {'init' if init else 'scratch':<8} seed {seed}: "
+                        f"final {record['final_success']:.2f}  auc {record['auc']:.2f}  "
+                        f"steps to 50% {record['steps_to_half']:,}  ({record['wall_s']:.0f} s)",
+                        flush=True,
+                    )
+        speed = throughput(args.throughput_envs, args.throughput_iterations, workdir)
+    agg = aggregate(runs, args.reps)
+    result = {
+        "benchmark": "finetune_compare",
+        "machine": {
+            "platform": platform.platform(),
+            "cpu_threads": torch.get_num_threads(),
+            "device": "cpu",
+            "versions": library_versions(),
+        },
+        "settings": {
+            "init": args.init,
+            "algos": args.algos,
+            "seeds": args.seeds,
+            "iterations": args.iterations,
+            "num_envs": args.num_envs,
+            "env_steps_per_run": runs[0]["env_steps"] if runs else 0,
+            "eval_every": args.eval_every,
+            "eval_episodes": args.eval_episodes,
+            "final_episodes": args.final_episodes,
+            "overrides": args.overrides,
+            "config": resolve_config("cpo", args.overrides)["env"],
+        },
+        "aggregate": agg,
+        "claims": claims(agg),
+        "throughput": speed,
+        "runs": runs,
+        "total_wall_s": time.perf_counter() - start,
+    }
+    out_path.write_text(json.dumps(result, indent=2) + "\n")
+    figure(out_path.with_suffix(".png"), runs, agg, min(args.reps, 500))
+    print(json.dumps({"claims": result["claims"], "throughput": speed}, indent=2))
+    print(f"wrote {out_path} and {out_path.with_suffix('.png')} ({result['total_wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

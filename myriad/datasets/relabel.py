@@ -1,0 +1,173 @@
+"""Task rewards for reward-free datasets: one pretraining dataset serves several downstream tasks.
+
+For the nav suite (``nav-*`` envs, any layout) the task reward of a transition depends only on the
+next state's position, so it can be recomputed for any goal: ``"sparse"`` gives ``+1`` and a
+terminal on reaching the goal, ``"dense"`` adds minus the normalised geodesic distance to the goal,
+exactly as :class:`myriad.envs.nav.PointNavEnv` computes them (same float32 arithmetic, same
+geodesic table).
+
+The next state's position is the next row's ``infos/x, infos/y`` inside an episode, and at an
+episode's last row (where the next row belongs to another episode) it is read back from
+``next_observations``, whose first two entries encode the position as ``2 x / W - 1``.
+
+Relabelling replaces ``rewards`` and ``terminals``. A row where the goal is reached becomes
+terminal, so an episode of the source data that passes through the goal splits there into two
+episodes; ``timeouts`` are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from myriad.datasets.data import TransitionData
+from myriad.datasets.schema import DatasetSpec, Rows, concat_rows, take_rows
+
+TASKS = ("sparse", "dense")
+
+
+class NavGoalReward:
+    """The nav suite's task reward for one goal.
+
+    Args:
+        env: the dataset's env name (``metadata["env"]``).
+        options: its options (``metadata["env_options"]``).
+        task: ``"sparse"`` or ``"dense"``.
+        goal: ``(x, y)``; default the env's goal for ``task`` (the map's ``G`` cell, or the cell
+            farthest from the start).
+    """
+
+    def __init__(
+        self,
+        env: str,
+        options: dict[str, Any] | None,
+        task: str,
+        goal: tuple[float, float] | None = None,
+    ) -> None:
+        from myriad.envs import make
+        from myriad.envs.nav import PointNavEnv
+
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; relabelling supports {TASKS}")
+        opts = {k: v for k, v in dict(options or {}).items() if k not in ("task", "goal", "goals")}
+        opts["task"] = task
+        if goal is not None:
+            opts["goal"] = tuple(float(g) for g in goal)
+        nav = make(env, 1, "cpu", **opts)
+        if not isinstance(nav, PointNavEnv):
+            nav.close()
+            raise ValueError(
+                f"relabelling needs an env of the nav suite (nav-*), the dataset's env is {env!r}"
+            )
+        self.task = task
+        self.goal = nav.goal_set[0].clone()
+        self.radius = nav.goal_radius
+        self.size = nav.size.clone()
+        self.height = nav.layout.height
+        self.table = nav.goal_distance[0].clone()
+        self.scale = nav.distance_scale
+        nav.close()
+
+    @classmethod
+    def for_spec(
+        cls, spec: DatasetSpec, task: str, goal: tuple[float, float] | None = None
+    ) -> NavGoalReward:
+        env = spec.metadata.get("env")
+        if not isinstance(env, str):
+            raise ValueError("the dataset's metadata names no env: cannot compute task rewards")
+        return cls(env, spec.metadata.get("env_options"), task, goal)
+
+    def positions(self, observations: np.ndarray) -> np.ndarray:
+        """World positions ``[N, 2]`` encoded in observations ``[N, O]``."""
+        obs = torch.as_tensor(observations[:, :2], dtype=torch.float32)
+        return ((obs + 1) / 2 * self.size).numpy()
+
+    def __call__(self, next_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(rewards [N] float32, terminals [N] bool)`` of transitions reaching
+        ``next_positions [N, 2]``."""
+        pos = torch.as_tensor(next_positions, dtype=torch.float32)
+        reached = (pos - self.goal).square().sum(dim=1) <= self.radius**2
+        reward = reached.float()
+        if self.task == "dense":
+            cell = pos.floor().long()
+            flat = cell[:, 0] * self.height + cell[:, 1]
+            reward = reward - self.table[flat] / self.scale
+        return reward.numpy(), reached.numpy()
+
+
+def _next_positions(rows: Rows, spec: DatasetSpec, reward: NavGoalReward) -> np.ndarray:
+    """Next-state positions; the batch's last row is taken as an episode end."""
+    try:
+        ix, iy = spec.feature_names.index("x"), spec.feature_names.index("y")
+    except ValueError:
+        raise ValueError(
+            f"relabelling needs the features x, y; the dataset has {spec.feature_names}"
+        ) from None
+    n = len(rows["rewards"])
+    pos = rows["features"][:, [ix, iy]]
+    nxt = np.empty((n, 2), np.float32)
+    nxt[:-1] = pos[1:]
+    from_obs = rows["terminals"] | rows["timeouts"]
+    from_obs[-1:] = True
+    if from_obs.any():
+        nxt[from_obs] = reward.positions(rows["next_observations"][from_obs])
+    return nxt
+
+
+def _relabel_rows(rows: Rows, spec: DatasetSpec, reward: NavGoalReward) -> Rows:
+    if len(rows["rewards"]) == 0:
+        return rows
+    rewards, terminals = reward(_next_positions(rows, spec, reward))
+    return {**rows, "rewards": rewards, "terminals": terminals}
+
+
+def relabel_stream(
+    chunks: Iterator[Rows],
+    spec: DatasetSpec,
+    task: str,
+    goal: tuple[float, float] | None = None,
+) -> Iterator[Rows]:
+    """Relabel a stream of row batches (episode-contiguous), holding back one row per batch
+    when its episode continues in the next batch, so its next position comes from that row."""
+    reward = NavGoalReward.for_spec(spec, task, goal)
+    carry: Rows | None = None
+    for rows in chunks:
+        if carry is not None:
+            rows = concat_rows([carry, rows], spec)
+            carry = None
+        n = len(rows["rewards"])
+        if n == 0:
+            continue
+        if not (rows["terminals"][-1] or rows["timeouts"][-1]):
+            carry = take_rows(rows, slice(n - 1, n))
+            rows = take_rows(rows, slice(0, n - 1))
+            if n == 1:
+                continue
+        yield _relabel_rows(rows, spec, reward)
+    if carry is not None:
+        yield _relabel_rows(carry, spec, reward)
+
+
+def relabel(
+    data: TransitionData, task: str, goal: tuple[float, float] | None = None
+) -> TransitionData:
+    """``data`` with the rewards and terminals of ``task`` for ``goal`` (NumPy data).
+
+    Args:
+        data: a dataset of a nav env (episode-contiguous, features ``x, y``).
+        task: ``"sparse"`` or ``"dense"``.
+        goal: ``(x, y)``; default the env's goal.
+    """
+    spec = data.spec
+    rows = _relabel_rows(data.rows(), spec, NavGoalReward.for_spec(spec, task, goal))
+    where = f"goal {tuple(goal)}" if goal is not None else "the env's goal"
+    return replace(
+        data,
+        rewards=rows["rewards"],
+        terminals=rows["terminals"],
+        metadata={**data.metadata, "reward": f"task reward '{task}' for {where}"},
+    )

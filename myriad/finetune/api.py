@@ -1,0 +1,138 @@
+"""``myriad.finetune.finetune``: compose the config, optionally start from a pretrained
+population, train, evaluate the leader, report where the results are."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from myriad.finetune.algorithms import check_algorithm
+from myriad.finetune.init import init_config
+from myriad.finetune.runner import run_folder
+from myriad.utils.config import ConfigError, compose, default_run_dir, load_run_config
+
+
+def _algo_override(overrides: Sequence[str]) -> str | None:
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.lstrip("+~") == "algo":
+            return value
+    return None
+
+
+def resolve_config(
+    algo: str | None = None,
+    overrides: Sequence[str] = (),
+    init: str | Path | None = None,
+    resume: str | Path | None = None,
+) -> dict[str, Any]:
+    """The run's config.
+
+    A new run composes ``configs/finetune.yaml`` with ``algo=<algo>`` and ``overrides``; with
+    ``init`` the population architecture is taken from that checkpoint (see
+    :func:`myriad.finetune.init.init_config`). A resumed run reuses its saved config with
+    ``overrides`` on top (the runner then refuses changes to the experiment).
+
+    Raises:
+        ConfigError: unknown algorithm, ``algo`` given twice differently, ``--init`` together
+            with ``--resume``, or an unusable override.
+    """
+    if resume is not None:
+        if init is not None:
+            raise ConfigError(
+                "--init starts a new run from a pretrained population and --resume continues a "
+                "finetuning run: give one of them"
+            )
+        saved = OmegaConf.create(load_run_config(resume))
+        if overrides:
+            saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
+        cfg: dict[str, Any] = OmegaConf.to_container(saved, resolve=True)  # type: ignore[assignment]
+        saved_algo = str(cfg.get("algo", {}).get("name"))
+        if algo is not None and algo != saved_algo:
+            raise ConfigError(f"{resume} is a run of algo={saved_algo}, not {algo}")
+        return cfg
+    given = _algo_override(overrides)
+    if algo is not None and given is not None and given != algo:
+        raise ConfigError(f"--algo {algo} contradicts the override algo={given}")
+    name = check_algorithm(algo or given) if (algo or given) else None
+    rest = [o for o in overrides if _algo_override([o]) is None]
+    cfg = compose("finetune", ([f"algo={name}"] if name else []) + rest)
+    check_algorithm(str(cfg["algo"]["name"]))
+    if init is not None:
+        init_config(cfg, init, rest)
+    return cfg
+
+
+def finetune(
+    algo: str | None = None,
+    overrides: Sequence[str] = (),
+    init: str | Path | None = None,
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Run finetuning; returns the run summary (also in ``<run>/summary.json``).
+
+    Args:
+        algo: ``"cpo"``, ``"sapg"``, ``"ppo"`` or ``"pbt"`` (default: the config's, ``cpo``).
+        overrides: Hydra overrides, e.g. ``["task=dense", "algo.kl_preset=high"]``.
+        init: a pretraining run folder or checkpoint to start from (see
+            :mod:`myriad.finetune.init` for the rule); without it members start fresh.
+        resume: a finetuning run folder or checkpoint to continue (its config is reused).
+        run_dir: where to write the run (default ``runs/finetune/<algo>-<env>-<time>``).
+        quiet: do not print the closing report.
+    """
+    from myriad.finetune.runner import FinetuneRunner
+
+    cfg = resolve_config(algo, overrides, init, resume)
+    if resume is not None:
+        folder = run_folder(Path(resume))
+    elif run_dir or cfg.get("run_dir"):
+        folder = Path(run_dir or cfg["run_dir"])
+    else:
+        folder = default_run_dir("finetune", f"{cfg['algo']['name']}-{cfg['env']['name']}")
+    if int(cfg.get("torch_threads") or 0) > 0:
+        torch.set_num_threads(int(cfg["torch_threads"]))
+    runner = FinetuneRunner(cfg, folder)
+    try:
+        if resume is not None:
+            runner.resume(resume)
+        elif init is not None:
+            runner.initialise(cfg["init"]["source"])
+        runner.learn(int(cfg["iterations"]))
+        summary = runner.finish()
+    finally:
+        runner.close()
+    if not quiet:
+        report(summary, folder)
+    return summary
+
+
+def report(summary: dict[str, Any], folder: Path) -> None:
+    """Print the headline numbers and where the checkpoint and plots are."""
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"[bold]finetuning ({summary.get('algo')}) finished[/bold] ({folder})")
+    final = summary.get("final_eval") or {}
+    rows = [
+        ("env steps", f"{summary.get('env_steps', 0):,}"),
+        ("wall time", f"{summary.get('wall_time_s', 0):.1f} s"),
+        ("leader success (deterministic)", f"{100 * final.get('eval/leader_success', 0):.1f}%"),
+        ("leader return (deterministic)", f"{final.get('eval/leader_return', float('nan')):.3f}"),
+    ]
+    init = summary.get("init")
+    if init:
+        rows.append(("initialised from", str(init["source"])))
+        rows.append(("pretrained member per member", str(init["mapping"])))
+        for difference in init.get("env_differences") or []:
+            rows.append(("env differs from pretraining", difference))
+    for name, value in rows:
+        console.print(f"  {name:<34} {value}")
+    console.print(f"  checkpoint  {summary.get('checkpoint')}")
+    console.print(f"  plots       {folder / 'plots'}")
+    console.print(f"  summary     {folder / 'summary.json'}")

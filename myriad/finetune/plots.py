@@ -1,0 +1,132 @@
+"""Figures a finetuning run writes to ``plots/``: the members' pairwise KL matrix and an
+overview of the leader's progress, its off-policy ESS and the followers' distance to it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def kl_heatmap(path: str | Path, matrix: torch.Tensor, leader: int = 0) -> Path:
+    """Heatmap of ``matrix [M, M]`` (entry (i, j) = KL(pi_i || pi_j)); the leader's row and
+    column are labelled ``L``."""
+    plt = _pyplot()
+    m = matrix.shape[0]
+    values = matrix.detach().cpu().numpy()
+    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * m, 0.6 + 0.5 * m))
+    image = ax.imshow(values, cmap="viridis")
+    labels = [f"{i}{' (L)' if i == leader else ''}" for i in range(m)]
+    ax.set_xticks(range(m), labels, fontsize=7, rotation=90)
+    ax.set_yticks(range(m), labels, fontsize=7)
+    ax.set_xlabel("j", fontsize=8)
+    ax.set_ylabel("i", fontsize=8)
+    ax.set_title("KL(pi_i || pi_j), last rollout's states", fontsize=9)
+    if m <= 12:
+        top = values.max() if values.size else 0.0
+        for i in range(m):
+            for j in range(m):
+                color = "black" if values[i, j] > 0.6 * top else "white"
+                ax.text(
+                    j, i, f"{values[i, j]:.2g}", ha="center", va="center", fontsize=6, color=color
+                )
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _legend(ax, **kwargs) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
+
+
+def _series(history: Mapping[str, Sequence[tuple[int, float]]], key: str, per_step: int):
+    points = history.get(key) or []
+    return [s * per_step for s, _ in points], [v for _, v in points]
+
+
+def overview(
+    path: str | Path,
+    history: Mapping[str, Sequence[tuple[int, float]]],
+    steps_per_iteration: int,
+    title: str = "",
+) -> Path:
+    """Four panels against env steps: the leader's evaluation and training success, each
+    member's training success, the followers' KL to the leader, and the leader's off-policy
+    ESS with the discriminator's accuracy (panels without data are left empty)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
+    ax = axes[0, 0]
+    for key, label in (
+        ("eval/leader_success", "leader, deterministic eval"),
+        ("episode/success/leader", "leader, training episodes"),
+        ("episode/success", "all members, training episodes"),
+    ):
+        x, y = _series(history, key, steps_per_iteration)
+        if x:
+            ax.plot(x, y, label=label, linewidth=1.2)
+    ax.set_title("success rate", fontsize=9)
+    ax.set_ylim(-0.02, 1.02)
+    _legend(ax, fontsize=7)
+
+    ax = axes[0, 1]
+    members = sorted(
+        (k for k in history if k.startswith("episode/success/member_")),
+        key=lambda k: int(k.rsplit("_", 1)[1]),
+    )
+    for key in members:
+        x, y = _series(history, key, steps_per_iteration)
+        ax.plot(x, y, label=key.rsplit("/", 1)[1], linewidth=0.9)
+    ax.set_title("success rate per member (training episodes)", fontsize=9)
+    _legend(ax, fontsize=6, ncol=2)
+
+    ax = axes[1, 0]
+    for key, label in (
+        ("kl_to_leader/on_leader_states_mean", "on the leader's states"),
+        ("kl_to_leader/on_own_states_mean", "on the followers' own states"),
+        ("diversity/pairwise_kl_mean", "pairwise mean, all members"),
+    ):
+        x, y = _series(history, key, steps_per_iteration)
+        if x:
+            ax.plot(x, y, label=label, linewidth=1.2)
+    ax.set_yscale("symlog", linthresh=1e-2)
+    ax.set_title("KL(follower || leader)", fontsize=9)
+    _legend(ax, fontsize=7)
+
+    ax = axes[1, 1]
+    for key, label in (
+        ("train/leader_ess", "leader's off-policy ESS"),
+        ("train/disc_accuracy", "discriminator accuracy"),
+    ):
+        x, y = _series(history, key, steps_per_iteration)
+        if x:
+            ax.plot(x, y, label=label, linewidth=1.2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("ESS / n and discriminator accuracy", fontsize=9)
+    _legend(ax, fontsize=7)
+
+    for a in axes.flat:
+        a.set_xlabel("env steps", fontsize=8)
+        a.tick_params(labelsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,262 @@
+"""The finetuning runner: a leader and followers (or PPO / PBT members) on a task reward.
+
+Each iteration collects ``T`` steps of every env, lets the algorithm update the population from
+that one shared rollout, then logs the update's stats, per-member returns and success rates, the
+KL diagnostics (:mod:`myriad.finetune.diagnostics`) and, every ``eval.every`` iterations, the
+leader's deterministic success on fresh envs. The runner base owns the loop, checkpoints, exact
+resume, TensorBoard, the progress bar and the per-group plots; :meth:`FinetuneRunner.finish`
+adds the final evaluation, the KL heatmap and the overview figure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from myriad.envs import make
+from myriad.envs.base import TensorVecEnv, VecEnv
+from myriad.finetune.algorithms import build_algorithm
+from myriad.finetune.diagnostics import Diagnostics
+from myriad.finetune.evaluation import evaluate_members
+from myriad.finetune.init import InitReport, build_population, initialise
+from myriad.finetune.plots import kl_heatmap, overview
+from myriad.finetune.tracking import TaskStatsEnv, member_scalars
+from myriad.nn.population import block_members
+from myriad.rl.collector import RolloutCollector
+from myriad.rl.runner import RunnerBase
+from myriad.utils.checkpoint import latest_checkpoint
+from myriad.utils.config import ConfigError
+from myriad.utils.seeding import make_generator, seed_everything
+
+# Offsets of the seeds of evaluation envs from the run's seed, so evaluations never replay the
+# training envs' episodes.
+_INIT_SEED_OFFSET = 10_000
+_EVAL_SEED_OFFSET = 20_000
+
+
+def check_layout(num_envs: int, size: int) -> None:
+    """Validate that ``num_envs`` splits into ``size`` equal member blocks."""
+    if size < 1:
+        raise ConfigError(f"population.size must be >= 1, got {size}")
+    if num_envs < size or num_envs % size:
+        lower = max(size, num_envs - num_envs % size)
+        raise ConfigError(
+            f"num_envs={num_envs} does not split into population.size={size} equal blocks; "
+            f"use num_envs={lower} or {lower + size}"
+        )
+
+
+def check_task(env: VecEnv) -> None:
+    """Refuse an env without a task reward (a nav env with ``task=none``)."""
+    if getattr(env, "task", None) == "none":
+        raise ConfigError(
+            f"env {env.name} has no task reward (task=none, the pretraining setting): finetune "
+            f"on task=sparse, dense or multigoal"
+        )
+
+
+class FinetuneRunner(RunnerBase):
+    """Finetuning from a resolved config (see ``configs/finetune.yaml``).
+
+    Args:
+        cfg: the resolved config.
+        run_dir: the run folder.
+    """
+
+    RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
+        *RunnerBase.RESUME_IGNORED_KEYS,
+        "iterations",
+        "torch_threads",
+        "eval.*",
+    )
+
+    def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
+        super().__init__(
+            cfg,
+            run_dir,
+            progress=bool(cfg.get("progress", True)),
+            tensorboard=bool(cfg.get("tensorboard", True)),
+            plots=bool(cfg.get("plots", True)),
+            checkpoint_every=int(cfg.get("checkpoint_every", 0)),
+            keep_checkpoints=cfg.get("keep_checkpoints"),
+        )
+        cfg = self.config
+        self.seed = int(cfg["seed"])
+        seed_everything(self.seed)
+        num_envs, size = int(cfg["num_envs"]), int(cfg["population"]["size"])
+        check_layout(num_envs, size)
+        env = self.make_env(num_envs)
+        check_task(env)
+        desync = bool(cfg.get("desync_episodes", True)) and isinstance(env, TensorVecEnv)
+        self.model = build_population(cfg["population"], env.obs_dim, env.action_dim).to(env.device)
+        self.algorithm = build_algorithm(cfg, self.model, self.seed)
+        member = block_members(num_envs, size, env.device)
+        self.env = TaskStatsEnv(env, member, size)
+        self.collector = RolloutCollector(
+            self.env,
+            self.model,
+            member,
+            generator=make_generator(self.seed, env.device),
+            store_transitions=bool(getattr(self.algorithm, "needs_transitions", False)),
+        )
+        self.storage = self.collector.make_storage(int(cfg["num_steps"]))
+        self.collector.reset(self.seed)
+        if desync:
+            # Envs reset together would also end together: spread the first episodes' ends so
+            # that every rollout mixes episode phases (and per-iteration success rates mean
+            # something from the start).
+            env.randomize_episode_progress()
+        self.diagnostics = Diagnostics(
+            member,
+            size,
+            self.storage.num_steps,
+            int(cfg["diagnostics"]["states_per_member"]),
+            per_member=size <= 16,
+        )
+        self.init_report: InitReport | None = None
+        self.final_eval: dict[str, float] | None = None
+
+    # ---------------------------------------------------------------- set-up
+
+    def make_env(self, num_envs: int, **overrides: Any) -> VecEnv:
+        """The configured task env with ``num_envs`` envs (``overrides`` on its options)."""
+        env_cfg = self.config["env"]
+        options = {**dict(env_cfg.get("options") or {}), **overrides}
+        return make(env_cfg["name"], num_envs, self.config["device"], **options)
+
+    @property
+    def leader(self) -> int:
+        return int(getattr(self.algorithm, "leader", 0))
+
+    def initialise(self, source: str | os.PathLike[str]) -> InitReport:
+        """Start the population from a pretrained run (the rule in :mod:`myriad.finetune.init`)."""
+        init = self.config.get("init") or {}
+        rank_options = dict(init.get("rank_options") or {})
+        self.init_report = initialise(
+            self.model,
+            source,
+            lambda n: self.make_env(n, **rank_options),
+            episodes=int(init.get("episodes", 16)),
+            deterministic=bool(init.get("deterministic", False)),
+            critic=str(init.get("critic", "fresh")),
+            seed=self.seed + _INIT_SEED_OFFSET,
+            env=self.config["env"],
+        )
+        return self.init_report
+
+    # ---------------------------------------------------------------- one iteration
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.storage.num_steps * self.storage.num_envs
+
+    def iteration(self) -> dict[str, float]:
+        self.collector.collect(self.storage)
+        stats = self.algorithm.update(self.storage)
+        out: dict[str, float] = {f"train/{k}": v for k, v in stats.items()}
+        out.update(self.collector.episodes.summary())
+        task = self.env.read()
+        end_iteration = getattr(self.algorithm, "end_iteration", None)
+        if end_iteration is not None:
+            out.update(end_iteration(task["return"], task["count"]))
+        leader = self.leader
+        out.update(member_scalars(task, leader, self.env.has_success, self.model.num_members <= 16))
+        out.update(self.diagnostics(self.model, self.storage, leader))
+        every = int(self.config["eval"]["every"])
+        if every and (self.iteration_count + 1) % every == 0:
+            out.update(self.evaluate_leader(int(self.config["eval"]["episodes"])))
+        return out
+
+    def evaluate_leader(self, episodes: int) -> dict[str, float]:
+        """The leader's success rate and mean return over ``episodes`` deterministic episodes
+        in fresh envs (``eval/leader_success``, ``eval/leader_return``)."""
+        scores = evaluate_members(
+            self.model,
+            self.make_env,
+            [self.leader],
+            episodes,
+            deterministic=True,
+            seed=self.seed + _EVAL_SEED_OFFSET,
+        )
+        return {
+            "eval/leader_success": float(scores.success[0]),
+            "eval/leader_return": float(scores.returns[0]),
+        }
+
+    # ---------------------------------------------------------------- results
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out["algo"] = self.config["algo"]["name"]
+        out["leader"] = self.leader
+        out["init"] = self.init_report.to_dict() if self.init_report else None
+        out["final_eval"] = self.final_eval
+        return out
+
+    def finish(self) -> dict[str, Any]:
+        """Evaluate the leader, write the heatmap, overview and ``summary.json``; returns the
+        summary."""
+        self.final_eval = self.evaluate_leader(int(self.config["eval"]["final_episodes"]))
+        plots = []
+        if self.plots and self.diagnostics.last_matrix is not None:
+            plots.append(
+                kl_heatmap(
+                    self.plots_dir / "pairwise_kl.png", self.diagnostics.last_matrix, self.leader
+                )
+            )
+        if self.plots:
+            plots.append(
+                overview(
+                    self.plots_dir / "finetune_overview.png",
+                    self.logger.history,
+                    self.steps_per_iteration,
+                    title=f"{self.config['algo']['name']} on {self.config['env']['name']}",
+                )
+            )
+        summary = {
+            **self.summary(),
+            "checkpoint": str(latest_checkpoint(self.checkpoint_dir)),
+            "plots": [str(p) for p in plots],
+        }
+        self.logger.write_summary(self.run_dir / "summary.json", **summary)
+        return {**summary, "scalars": self.logger.latest()}
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def state_objects(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "algorithm": self.algorithm,
+            "collector": self.collector,
+            "finetune": _RunnerState(self),
+        }
+
+
+class _RunnerState:
+    """The runner's own state: the init report and the last KL matrix."""
+
+    def __init__(self, runner: FinetuneRunner) -> None:
+        self.runner = runner
+
+    def state_dict(self) -> dict[str, Any]:
+        r = self.runner
+        matrix = r.diagnostics.last_matrix
+        return {
+            "init": r.init_report.to_dict() if r.init_report else None,
+            "kl_matrix": matrix.clone() if matrix is not None else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        r = self.runner
+        r.init_report = InitReport(**state["init"]) if state["init"] else None
+        matrix = state["kl_matrix"]
+        r.diagnostics.last_matrix = matrix.clone() if matrix is not None else None
+
+
+def run_folder(path: Path) -> Path:
+    """The run folder holding ``path`` (a run folder, its ``checkpoints/`` or a checkpoint)."""
+    while path != path.parent and not (path / "config.yaml").is_file():
+        path = path.parent
+    return path

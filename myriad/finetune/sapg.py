@@ -1,0 +1,290 @@
+"""SAPG: a leader that learns from its followers' data (FORMULAS 6).
+
+Member 0 is the leader, members 1..M-1 the followers. Every member runs PPO on its own rows with
+its own entropy coefficient (:func:`~myriad.finetune.losses.sapg_entropy_coefficients`). The
+leader also learns from the followers' rows through :class:`LeaderOffPolicyTerm`: a clipped
+surrogate with the ratio ``pi_L(a|s) / pi_f_old(a|s)`` and the one-step TD advantage of the
+leader's critic, ``r + gamma * V_L(s') - V_L(s)``, whose target also trains that critic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from myriad.finetune.losses import (
+    dual_clipped_surrogate,
+    effective_sample_size,
+    normalize,
+    one_step_td,
+    sapg_entropy_coefficients,
+)
+from myriad.finetune.rows import follower_rows, leader_rows
+from myriad.nn.distributions import gaussian_kl
+from myriad.nn.population import Evaluation, PopulationActorCritic
+from myriad.rl.gae import compute_gae
+from myriad.rl.ppo import PPO, LossTerm, PPOConfig
+from myriad.rl.storage import Batch, RolloutStorage
+
+LEADER = 0
+
+
+def ensure_field(
+    storage: RolloutStorage, name: str, trailing_shape: tuple[int, ...] = ()
+) -> torch.Tensor:
+    """The storage's extra field ``name`` ``[T, E, *trailing_shape]``, registered on first use."""
+    if name in storage.extras:
+        return storage.extras[name]
+    return storage.register_field(name, trailing_shape)
+
+
+def transitions(storage: RolloutStorage) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(obs, next_obs)`` of every step, ``[T * E, O]`` each, time-major.
+
+    Raises:
+        ValueError: the rollout was collected without ``store_transitions=True``.
+    """
+    if "next_obs" not in storage.extras:
+        raise ValueError(
+            "this algorithm needs the observation reached by every step: collect with "
+            "RolloutCollector(..., store_transitions=True)"
+        )
+    return storage.flat("obs"), storage.flat("next_obs")
+
+
+def critic_scale(model: PopulationActorCritic, values: torch.Tensor) -> torch.Tensor:
+    """Values in the scale the critics are trained in (normalised when value normalisation is
+    on), like the PPO value loss."""
+    return values if model.value_norm is None else model.value_norm.normalize(values)
+
+
+@dataclass
+class SAPGConfig:
+    """SAPG's settings on top of :class:`~myriad.rl.PPOConfig`.
+
+    Attributes:
+        entropy_scale: the followers' entropy coefficients are ``0.5 * scale * i / (M - 1)``,
+            the leader's 0.
+        off_policy_coef: weight of the leader's loss on follower data.
+        off_policy_value: also fit the leader's critic to the one-step targets
+            ``r + gamma * V_L(s')`` on follower data.
+        off_policy_ratio: follower rows in the leader's off-policy loss per leader row of the
+            minibatch, drawn equally from every follower (1: as much off-policy as on-policy
+            data, as in SAPG); None uses every follower row.
+        off_policy_dual_clip: bound of the off-policy loss of a negative-advantage sample, in
+            units of ``|A|`` (dual-clip PPO); None leaves it unbounded as in plain PPO.
+        off_policy_normalize: normalise the one-step advantages over the minibatch's follower
+            rows. Off by default: the leader's critic has not been trained on the followers'
+            states, and normalising turns its errors there into unit-scale noise.
+        schedule_kl: the KL that drives the adaptive learning rate: ``"leader"`` (the leader's
+            rows only, so followers pulled toward the leader do not throttle its learning
+            rate) or ``"all"`` (every row, as in PPO).
+    """
+
+    entropy_scale: float = 0.01
+    off_policy_coef: float = 1.0
+    off_policy_value: bool = False
+    off_policy_ratio: float | None = 1.0
+    off_policy_dual_clip: float | None = 3.0
+    off_policy_normalize: bool = False
+    schedule_kl: str = "leader"
+
+    def __post_init__(self) -> None:
+        if self.schedule_kl not in ("leader", "all"):
+            raise ValueError(f"schedule_kl must be 'leader' or 'all', got {self.schedule_kl!r}")
+
+
+class LeaderOffPolicyTerm:
+    """The leader's PPO loss on the followers' rows of a minibatch.
+
+    Needs ``batch.extras["leader_td_advantage"]`` and ``["leader_td_target"]`` (``[B]``, from
+    :meth:`SAPG.prepare`). The advantages are normalised over the follower rows of the
+    minibatch, like on-policy advantages.
+
+    Args:
+        coef: weight of the term.
+        fit_value: add the leader critic's squared error to the one-step targets.
+        leader: the leader's member index.
+        ratio: follower rows used per leader row (None: all); see :class:`SAPGConfig`.
+        dual_clip: bound of a negative-advantage sample's loss in units of ``|A|`` (None: none).
+        normalize_advantages: normalise the advantages over the follower rows.
+
+    Stats: ``off_policy_loss``, ``off_policy_value_loss``, ``off_policy_clip_fraction`` and
+    ``leader_ess``, the normalised effective sample size ``(sum w)^2 / (n sum w^2)`` of the
+    weights ``w = pi_L / pi_f_old`` on the minibatch's follower rows.
+    """
+
+    def __init__(
+        self,
+        coef: float = 1.0,
+        fit_value: bool = True,
+        leader: int = LEADER,
+        ratio: float | None = None,
+        dual_clip: float | None = None,
+        normalize_advantages: bool = True,
+    ) -> None:
+        self.coef = float(coef)
+        self.fit_value = fit_value
+        self.leader = leader
+        self.ratio = ratio
+        self.dual_clip = dual_clip
+        self.normalize_advantages = normalize_advantages
+
+    def __call__(
+        self, algorithm: PPO, batch: Batch, evaluation: Evaluation
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        per_follower = None
+        if self.ratio is not None and batch.num_members > 1:
+            n = len(batch) // batch.num_members
+            per_follower = max(1, math.ceil(self.ratio * n / (batch.num_members - 1)))
+        rows = follower_rows(batch, self.leader, per_follower)
+        cfg = algorithm.config
+        behaviour = rows.take(batch.log_probs)
+        leader_eval = algorithm.model.evaluate(
+            rows.take(batch.obs), self.leader, rows.take(batch.actions)
+        )
+        advantages = rows.take(batch.extras["leader_td_advantage"])
+        if self.normalize_advantages:
+            advantages = normalize(advantages, rows.weight)
+        surrogate = rows.mean(
+            dual_clipped_surrogate(
+                leader_eval.log_prob, behaviour, advantages, cfg.clip, self.dual_clip
+            )
+        )
+        loss = surrogate
+        stats: dict[str, torch.Tensor] = {}
+        if self.fit_value:
+            model = algorithm.model
+            target = rows.take(batch.extras["leader_td_target"])
+            value_loss = rows.mean(
+                (critic_scale(model, leader_eval.value) - critic_scale(model, target)).square()
+            )
+            loss = loss + cfg.value_coef * value_loss
+            stats["off_policy_value_loss"] = value_loss.detach()
+        with torch.no_grad():
+            log_w = leader_eval.log_prob - behaviour
+            stats["off_policy_loss"] = surrogate.detach()
+            stats["leader_ess"] = effective_sample_size(log_w, rows.weight)
+            outside = ((log_w.exp() - 1.0).abs() > cfg.clip).to(log_w.dtype)
+            stats["off_policy_clip_fraction"] = rows.mean(outside)
+        return self.coef * loss, stats
+
+
+class SAPG(PPO):
+    """PPO for a leader (member 0) and followers, with the leader also learning off-policy.
+
+    Args:
+        model: the population, M >= 2.
+        config: PPO hyperparameters (its ``entropy_coef`` is replaced by SAPG's schedule).
+        sapg: SAPG's settings.
+        extra_terms: further loss terms, after the leader's off-policy term.
+        generator: minibatch shuffling.
+        optimizer: default Adam over the model.
+
+    Needs rollouts collected with ``store_transitions=True`` (``next_obs``).
+    """
+
+    #: The collector must store each step's ``next_obs``.
+    needs_transitions = True
+    leader = LEADER
+
+    def __init__(
+        self,
+        model: PopulationActorCritic,
+        config: PPOConfig | None = None,
+        sapg: SAPGConfig | None = None,
+        *,
+        extra_terms: Iterable[LossTerm] = (),
+        generator: torch.Generator | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
+        if model.num_members < 2:
+            raise ValueError(
+                f"{type(self).__name__} needs a leader and at least one follower: "
+                f"population size >= 2, got {model.num_members}"
+            )
+        self.sapg = sapg or SAPGConfig()
+        off_policy = LeaderOffPolicyTerm(
+            self.sapg.off_policy_coef,
+            self.sapg.off_policy_value,
+            self.leader,
+            self.sapg.off_policy_ratio,
+            self.sapg.off_policy_dual_clip,
+            self.sapg.off_policy_normalize,
+        )
+        super().__init__(
+            model,
+            config,
+            extra_terms=[off_policy, *extra_terms],
+            generator=generator,
+            optimizer=optimizer,
+        )
+        self.set_entropy_coef(sapg_entropy_coefficients(model.num_members, self.sapg.entropy_scale))
+        self.prepare_stats: dict[str, float] = {}
+
+    def ppo_loss(
+        self, batch: Batch, evaluation: Evaluation
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """PPO's loss on every member's own rows; with ``schedule_kl="leader"`` the KL that
+        drives the learning rate is measured on the leader's rows."""
+        loss, stats = super().ppo_loss(batch, evaluation)
+        if self.sapg.schedule_kl == "leader" and batch.means is not None:
+            rows = leader_rows(batch, self.leader)
+            with torch.no_grad():
+                kl = gaussian_kl(
+                    rows.take(batch.means),
+                    rows.take(batch.log_stds),
+                    rows.take(evaluation.mean),
+                    rows.take(evaluation.log_std),
+                )
+                stats["kl"] = rows.mean(kl)
+        return loss, stats
+
+    def reward_bonus(self, storage: RolloutStorage) -> torch.Tensor | None:
+        """Rewards added to the task reward for the members' own returns, ``[T, E]`` (None:
+        nothing). The leader's off-policy targets always use the task reward alone."""
+        return None
+
+    def prepare(self, storage: RolloutStorage) -> None:
+        """GAE on the (shaped) rewards, value statistics, then the leader's one-step targets."""
+        cfg = self.config
+        self.prepare_stats = {}
+        bonus = self.reward_bonus(storage)
+        if bonus is None:
+            storage.compute_returns(cfg.gamma, cfg.lam)
+        else:
+            advantages, returns = compute_gae(
+                storage.rewards + bonus,
+                storage.values,
+                storage.dones,
+                storage.last_values,
+                cfg.gamma,
+                cfg.lam,
+                storage.truncation_values,
+            )
+            storage.advantages.copy_(advantages)
+            storage.returns.copy_(returns)
+        if self.model.value_norm is not None:
+            self.model.value_norm.update(storage.returns)
+        self._leader_targets(storage)
+
+    @torch.no_grad()
+    def _leader_targets(self, storage: RolloutStorage) -> None:
+        obs, next_obs = transitions(storage)
+        advantage, target = one_step_td(
+            storage.rewards.reshape(-1),
+            self.model.value(obs, self.leader),
+            self.model.value(next_obs, self.leader),
+            storage.terminated.reshape(-1),
+            self.config.gamma,
+        )
+        ensure_field(storage, "leader_td_advantage").view(-1).copy_(advantage)
+        ensure_field(storage, "leader_td_target").view(-1).copy_(target)
+
+    def update(self, storage: RolloutStorage) -> dict[str, float]:
+        stats = super().update(storage)
+        stats.update(self.prepare_stats)
+        return stats

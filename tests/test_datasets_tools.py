@@ -1,0 +1,167 @@
+"""``myriad export`` and ``myriad dataset info|validate`` on a pretraining run's dataset, and a
+resumed run after its writer was killed."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from myriad.cli import main
+from myriad.datasets import load, read_d4rl
+from myriad.datasets.schema import ROW_KEYS
+from myriad.utils.optional import available
+
+TINY = [
+    "env=four_rooms",
+    "num_envs=32",
+    "num_steps=16",
+    "population.size=4",
+    "population.hidden=[16,16]",
+    "ppo.epochs=1",
+    "ppo.minibatches=1",
+    "iterations=6",
+    "checkpoint_every=2",
+    "keep_checkpoints=null",
+    "progress=false",
+    "env.options.max_episode_steps=20",
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from myriad.pretrain import pretrain
+
+    folder = tmp_path_factory.mktemp("tools") / "run"
+    pretrain(TINY, run_dir=folder, quiet=True)
+    return folder
+
+
+def _same(a, b) -> None:
+    for key in ROW_KEYS:
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
+
+
+def test_export_zarr_and_hdf5_with_member_filter(run, tmp_path, capsys):
+    source = load(run)
+    assert main(["export", str(run), "--format", "zarr", "--out", str(tmp_path / "d.zarr")]) == 0
+    assert "exported" in capsys.readouterr().out
+    _same(source, load(tmp_path / "d.zarr"))
+    out = tmp_path / "m.hdf5"
+    assert (
+        main(["export", str(run), "--format", "hdf5", "--members", "1,3", "--out", str(out)]) == 0
+    )
+    _same(source.members([1, 3]), load(out))
+    assert main(["export", str(run), "--format", "hdf5", "--members", "7", "--out", str(out)]) == 2
+    assert "not in the dataset" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not available("minari"), reason="minari not installed (offline extra)")
+def test_export_minari_opens_with_minari(run, tmp_path, monkeypatch):
+    import minari
+
+    root = tmp_path / "minari"
+    args = ["export", str(run), "--format", "minari", "--out", str(root)]
+    assert main([*args, "--dataset-id", "myriad/four-rooms/tiny-v0"]) == 0
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    assert "myriad/four-rooms/tiny-v0" in minari.list_local_datasets()
+    ds = minari.load_dataset("myriad/four-rooms/tiny-v0")
+    source = load(run)
+    assert ds.total_steps == len(source)
+    assert ds.total_episodes == len(source.episode_ends())
+    assert ds.observation_space.shape == (4,) and ds.action_space.shape == (2,)
+    episode = next(ds.iterate_episodes())
+    n = len(episode)
+    np.testing.assert_array_equal(episode.observations[:n], source.observations[:n])
+    np.testing.assert_array_equal(episode.observations[n], source.next_observations[n - 1])
+    meta = json.loads((root / "myriad/four-rooms/tiny-v0/data/metadata.json").read_text())
+    assert meta["myriad"]["env"] == "nav-four-rooms" and meta["myriad"]["population_size"] == 4
+    _same(source, load(root / "myriad/four-rooms/tiny-v0"))
+
+
+def test_export_relabels_task_rewards(run, tmp_path):
+    out = tmp_path / "sparse.zarr"
+    argv = ["export", str(run), "--format", "zarr", "--task", "sparse", "--out", str(out)]
+    assert main([*argv, "--goal", "2.5,2.5"]) == 0
+    got = load(out)
+    want = load(run, task="sparse", goal=(2.5, 2.5))
+    _same(want, got)
+    assert got.metadata["reward"].startswith("task reward 'sparse'")
+
+
+def test_info_reports_counts_and_coverage(run, capsys):
+    assert main(["dataset", "info", str(run), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["steps"] == 6 * 16 * 32
+    assert sorted(info["members"]) == ["0", "1", "2", "3"]
+    assert 0 < info["coverage_union"] <= 1
+    assert all(0 < m["coverage"] <= info["coverage_union"] for m in info["members"].values())
+    assert info["size_bytes"] > 0 and set(info["feature_ranges"]) == {"x", "y"}
+    assert main(["dataset", "info", str(run)]) == 0
+    assert "union coverage" in capsys.readouterr().out
+
+
+def test_validate_accepts_good_and_rejects_broken(run, tmp_path, capsys):
+    path = run / "dataset" / "transitions.hdf5"
+    assert main(["dataset", "validate", str(path)]) == 0
+    broken = tmp_path / "broken.hdf5"
+    shutil.copy(path, broken)
+    with h5py.File(broken, "r+") as f:
+        ends = f["terminals"][:] | f["timeouts"][:]
+        inside = int(np.flatnonzero(~ends)[3])
+        f["next_observations"][inside] = f["next_observations"][inside] + 1.0
+        f["rewards"][5] = np.nan
+        f["timeouts"][-1] = False
+    capsys.readouterr()
+    assert main(["dataset", "validate", str(broken)]) == 1
+    out = capsys.readouterr().out
+    assert "INVALID" in out and f"row {inside} " in out
+    assert "NaN" in out and "ends inside an episode" in out
+    with h5py.File(broken, "r+") as f:
+        f["rewards"].resize((10,))
+    assert main(["dataset", "validate", str(broken)]) == 1
+    assert "rewards has 10 rows" in capsys.readouterr().out
+    assert main(["dataset", "validate", str(tmp_path / "missing.hdf5")]) == 1
+
+
+_CHILD = (
+    "import sys; from myriad.pretrain import pretrain; "
+    "pretrain(sys.argv[2:], run_dir=sys.argv[1], quiet=True)"
+)
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_lost_or_duplicated_rows(run, tmp_path):
+    """SIGKILL a pretraining process after a checkpoint (while it keeps writing rows past it),
+    resume it, and compare the dataset with the uninterrupted run's, row for row."""
+    from myriad.pretrain import pretrain
+
+    killed = tmp_path / "killed"
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(killed), *TINY])
+    checkpoint = killed / "checkpoints" / "iter_000004.pt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # into iteration 5, which appends rows after the checkpoint
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert checkpoint.exists(), "the child never reached its checkpoint"
+    partial = killed / "dataset" / "transitions.hdf5.partial"
+    assert partial.is_dir() and not (killed / "dataset" / "transitions.hdf5").exists()
+    with pytest.raises(ValueError, match="not completed"):
+        read_d4rl(killed / "dataset" / "transitions.hdf5")
+    pretrain(["iterations=6"], resume=killed, quiet=True)
+    a = read_d4rl(run / "dataset" / "transitions.hdf5")
+    b = read_d4rl(killed / "dataset" / "transitions.hdf5")
+    assert len(a["observations"]) == 6 * 16 * 32
+    for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    for key in a["infos"]:
+        np.testing.assert_array_equal(a["infos"][key], b["infos"][key], err_msg=key)

@@ -1,0 +1,113 @@
+"""The finetuning runner: run folder, exact resume, command line and its errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from myriad.cli import main
+from myriad.finetune.api import resolve_config
+from myriad.finetune.runner import FinetuneRunner
+
+TINY = [
+    "env=empty",
+    "num_envs=16",
+    "num_steps=8",
+    "env.options.max_episode_steps=6",
+    "population.hidden=[16]",
+    "ppo.epochs=2",
+    "ppo.minibatches=2",
+    "eval.every=2",
+    "eval.episodes=2",
+    "eval.final_episodes=2",
+    "diagnostics.states_per_member=16",
+    "checkpoint_every=2",
+    "progress=false",
+]
+ALGO_TINY = {
+    "cpo": ["population.size=2", "algo.discriminator.hidden=[8]"],
+    "sapg": ["population.size=4"],
+    "pbt": ["population.size=4", "algo.interval=1"],
+    "ppo": [],
+}
+
+
+def runner(tmp_path, algo: str, name: str, *extra: str) -> FinetuneRunner:
+    return FinetuneRunner(resolve_config(algo, [*TINY, *ALGO_TINY[algo], *extra]), tmp_path / name)
+
+
+@pytest.mark.parametrize("algo", ["cpo", "pbt"])
+def test_resume_is_exact(tmp_path, algo):
+    # Plots are written whenever `learn` returns; three runs' worth would dominate the test.
+    straight = runner(tmp_path, algo, "straight", "plots=false")
+    straight.learn(4)
+    first = runner(tmp_path, algo, "split", "plots=false")
+    first.learn(2)
+    first.close()
+    second = runner(tmp_path, algo, "split", "plots=false")
+    with torch.no_grad():  # everything must come from the checkpoint
+        for p in second.model.parameters():
+            p.add_(1.0)
+    assert second.resume(tmp_path / "split").name == "iter_000002.pt"
+    second.learn(4)
+
+    a, b = straight.model.state_dict(), second.model.state_dict()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    sa, sb = straight.algorithm.state_dict(), second.algorithm.state_dict()
+    if algo == "cpo":
+        for key, value in sa["discriminator"]["net"].items():
+            assert torch.equal(value, sb["discriminator"]["net"][key]), key
+    else:
+        assert torch.equal(sa["hyperparameters"], sb["hyperparameters"])
+        assert sa["rounds"] == sb["rounds"] >= 2
+    hist_a, hist_b = straight.logger.history, second.logger.history
+    assert "eval/leader_success" in hist_a
+    for key in hist_a:
+        if not key.startswith("perf/"):
+            assert hist_a[key] == hist_b[key], key
+
+
+@pytest.mark.parametrize("algo", ["sapg", "ppo"])
+def test_run_folder_and_diagnostics(tmp_path, algo):
+    r = runner(tmp_path, algo, "run", f"plots={algo == 'sapg'}")
+    r.learn(2)
+    summary = r.finish()
+    r.close()
+    folder = tmp_path / "run"
+    written = json.loads((folder / "summary.json").read_text())
+    assert written["algo"] == algo and written["final_eval"]["eval/leader_success"] >= 0.0
+    assert (folder / "config.yaml").is_file()
+    assert (folder / "checkpoints" / "iter_000002.pt").is_file()
+    assert list(folder.glob("events.out.tfevents.*"))
+    scalars = summary["scalars"]
+    if algo == "sapg":
+        assert (folder / "plots" / "pairwise_kl.png").is_file()
+        assert (folder / "plots" / "finetune_overview.png").is_file()
+        assert 0.0 < scalars["train/leader_ess"] <= 1.0
+        for i in (1, 2, 3):
+            assert scalars[f"kl_to_leader/on_leader_states/member_{i}"] >= 0.0
+            assert scalars[f"kl_to_leader/on_own_states/member_{i}"] >= 0.0
+        assert torch.allclose(r.diagnostics.last_matrix.diagonal(), torch.zeros(4))
+    assert "episode/success" in scalars
+
+
+def test_cli_runs_and_reports_bad_input(tmp_path, capsys):
+    assert main(["finetune", "--algo", "dqn"]) == 2
+    assert "unknown algorithm 'dqn'; known: cpo, sapg, ppo, pbt" in capsys.readouterr().err
+    assert main(["finetune", "--init", "a", "--resume", "b"]) == 2
+    assert "give one of them" in capsys.readouterr().err
+    args = ["finetune", "--algo", "cpo", "--run-dir", str(tmp_path / "cli"), "plots=false"]
+    assert main([*args, *TINY, *ALGO_TINY["cpo"], "iterations=1", "algo.kl_preset=huge"]) == 2
+    assert "light (0.1), balanced (0.2), high (0.3)" in capsys.readouterr().err
+    assert main([*args, *TINY, *ALGO_TINY["cpo"], "iterations=1"]) == 0
+    assert "finetuning (cpo) finished" in capsys.readouterr().out
+    assert main(["finetune", "--resume", str(tmp_path / "cli"), "iterations=2"]) == 0
+    summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
+    assert summary["iterations"] == 2
+    assert main(["finetune", "--algo", "ppo", "--resume", str(tmp_path / "cli")]) == 2
+    assert "is a run of algo=cpo, not ppo" in capsys.readouterr().err
+    assert main(["finetune", "--algo", "cpo", "num_envs=15", "population.size=2"]) == 2
+    assert "num_envs=15 does not split into population.size=2" in capsys.readouterr().err
