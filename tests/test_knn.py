@@ -42,7 +42,7 @@ def assert_same(nb: Neighbors, ref: tuple[torch.Tensor, torch.Tensor], k: int) -
     assert torch.equal(nb.indices, idx)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def gen() -> torch.Generator:
     return torch.Generator().manual_seed(1234)
 
@@ -115,9 +115,9 @@ def test_self_excluded_by_index_with_duplicates(backend: str, gen: torch.Generat
 
 
 @pytest.mark.parametrize("backend", EXACT)
-def test_many_duplicates_never_return_self(backend: str) -> None:
+def test_many_duplicates_never_return_self(backend: str, gen: torch.Generator) -> None:
     # 30 copies of one point with k = 5: ties at distance 0 exceed k + 1.
-    x = torch.cat([torch.zeros(30, 2), torch.randn(50, 2)])
+    x = torch.cat([torch.zeros(30, 2), torch.randn(50, 2, generator=gen)])
     nb = knn(x, 5, backend=backend)
     assert not (nb.indices == torch.arange(80)[:, None]).any()
     assert torch.all(nb.distances[:30] == 0)
@@ -169,9 +169,9 @@ def test_grouped_torch_unequal_groups_small_budget(gen: torch.Generator) -> None
     assert_same(nb, brute_force(x, 6, mask=group_mask(group)), 6)
 
 
-def test_grouped_duplicates_across_groups_are_not_neighbours() -> None:
+def test_grouped_duplicates_across_groups_are_not_neighbours(gen: torch.Generator) -> None:
     # The same point in two groups: each copy must not see the other.
-    pts = torch.randn(40, 2)
+    pts = torch.randn(40, 2, generator=gen)
     x = torch.cat([pts, pts])
     nb = knn_grouped(x, 3, num_groups=2)
     assert torch.all(nb.distances > 0)

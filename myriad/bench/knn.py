@@ -93,6 +93,12 @@ def _set_threads(threads: int) -> None:
         pass
 
 
+def _available_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -176,7 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     dims = args.dims or [2, 29]
     repeats = args.repeats or (1 if quick else 3)
     max_seconds = args.max_seconds or (10.0 if quick else 30.0)
-    threads = args.threads or len(os.sched_getaffinity(0))
+    threads = args.threads or _available_cpus()
     _set_threads(threads)
     device = torch.device(args.device)
     backends = args.backends or list(QUICK_BACKENDS if quick else ALL_BACKENDS)
