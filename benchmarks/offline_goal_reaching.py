@@ -287,7 +287,7 @@ def evaluate(algo: Any, goals: list[tuple[float, float]], episodes: int, seed: i
 
     Sampled, not greedy: the mean action of a policy regularised towards exploratory data is
     small and deterministic, and gets stuck on wall corners of this velocity-controlled maze
-    (with the mean action every dataset scores 0 on every goal but the trivial ones)."""
+    (with the mean action every dataset scores 0 on every goal)."""
     envs = [make(ENV, episodes, "cpu", task="sparse", goal=g, **ENV_OPTIONS) for g in goals]
     obs = [e.reset(seed=seed + i) for i, e in enumerate(envs)]
     tags = [np.broadcast_to(scaled_goal(g), (episodes, 2)) for g in goals]
