@@ -22,7 +22,7 @@ BUDGET = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("algo", "iterations", "extra"), [("ppo", 20, []), ("cpo", 25, ["population.size=8"])]
+    ("algo", "iterations", "extra"), [("ppo", 20, []), ("cpo", 40, ["population.size=8"])]
 )
 def test_leader_reaches_the_sparse_goal(tmp_path, algo, iterations, extra):
     runner = FinetuneRunner(resolve_config(algo, [*BUDGET, *extra]), tmp_path / algo)

@@ -56,7 +56,7 @@ class CPOConfig:
     """
 
     kl_penalty: bool = True
-    kl_preset: str = "balanced"
+    kl_preset: str = "light"
     kl_coef: float | None = None
     awac: bool = True
     awac_coef: float = 0.01
