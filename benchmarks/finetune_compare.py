@@ -150,7 +150,8 @@ def claims(agg: dict[str, Any]) -> dict[str, Any]:
         if all(k in auc for k in keys):
             c, s, p = (iqm(auc, k) for k in keys)
             out[f"cpo>=sapg>=ppo (auc{suffix or ', scratch'})"] = {
-                "holds": bool(c >= s >= p),
+                # All three equal (for example none ever succeeds) decides nothing.
+                "holds": None if c == s == p else bool(c >= s >= p),
                 "auc_iqm": dict(zip(keys, (c, s, p))),
                 "final_success_iqm": {k: iqm(final, k) for k in keys},
             }
@@ -215,7 +216,7 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any], reps: in
     from rliable import library as rly
     from rliable import metrics
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.6))
     colors = {"ppo": "tab:gray", "sapg": "tab:blue", "cpo": "tab:red", "pbt": "tab:green"}
     ax = axes[0]
     for algo in ALGOS:
@@ -262,6 +263,21 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any], reps: in
         ax.set_yticks(y, names, fontsize=8)
         ax.set_xlim(0, 1.05)
         ax.set_title(title, fontsize=10)
+    ax = axes[3]
+    for algo in ("sapg", "cpo"):
+        for init in (True, False):
+            group = [r for r in runs if r["algo"] == algo and r["init"] == init and r["ess_curve"]]
+            if not group:
+                continue
+            steps = np.array([s for s, _ in group[0]["ess_curve"]])
+            values = np.array([[v for _, v in r["ess_curve"]] for r in group]).mean(axis=0)
+            style = "-" if init else ":"
+            label = f"{algo}{' + K-Myriad init' if init else ' (scratch)'}"
+            ax.plot(steps, values, style, color=colors[algo], label=label, linewidth=1.2)
+    ax.set_xlabel("env steps")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("leader's off-policy ESS / n (mean over seeds)", fontsize=10)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -271,8 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--init", help="pretraining run (K-Myriad) for the +init variants")
     parser.add_argument(
-        "--init", required=True, help="pretraining run (K-Myriad) for the +init variants"
+        "--reaggregate",
+        metavar="JSON",
+        help="recompute the aggregates, claims and figure of an earlier result (no training)",
     )
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--seeds", type=int, default=5)
@@ -290,6 +309,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.reaggregate:
+        path = Path(args.reaggregate)
+        result = json.loads(path.read_text())
+        result["aggregate"] = aggregate(result["runs"], args.reps)
+        result["claims"] = claims(result["aggregate"])
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        figure(path.with_suffix(".png"), result["runs"], result["aggregate"], min(args.reps, 500))
+        print(json.dumps(result["claims"], indent=2))
+        return 0
+    if not args.init:
+        parser.error("--init is required (a pretraining run for the +init variants)")
 
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
