@@ -8,12 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 from myriad.finetune.algorithms import check_algorithm
 from myriad.finetune.init import init_config
-from myriad.finetune.runner import run_folder
-from myriad.utils.config import ConfigError, compose, default_run_dir, load_run_config
+from myriad.utils.config import ConfigError, compose, default_run_dir, resumed_config, run_folder
 
 
 def _algo_override(overrides: Sequence[str]) -> str | None:
@@ -47,10 +45,7 @@ def resolve_config(
                 "--init starts a new run from a pretrained population and --resume continues a "
                 "finetuning run: give one of them"
             )
-        saved = OmegaConf.create(load_run_config(resume))
-        if overrides:
-            saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
-        cfg: dict[str, Any] = OmegaConf.to_container(saved, resolve=True)  # type: ignore[assignment]
+        cfg: dict[str, Any] = resumed_config(resume, overrides)
         saved_algo = str(cfg.get("algo", {}).get("name"))
         if algo is not None and algo != saved_algo:
             raise ConfigError(f"{resume} is a run of algo={saved_algo}, not {algo}")
@@ -86,9 +81,10 @@ def finetune(
         run_dir: where to write the run (default ``runs/finetune/<algo>-<env>-<time>``).
         quiet: do not print the closing report.
     """
-    from myriad.finetune.runner import FinetuneRunner
+    from myriad.finetune.runner import FinetuneRunner, check_layout
 
     cfg = resolve_config(algo, overrides, init, resume)
+    check_layout(int(cfg["num_envs"]), int(cfg["population"]["size"]))
     if resume is not None:
         folder = run_folder(Path(resume))
     elif run_dir or cfg.get("run_dir"):

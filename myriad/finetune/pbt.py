@@ -31,15 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from myriad.nn.population import Evaluation, PopulationActorCritic
-from myriad.rl.losses import (
-    approx_kl,
-    clip_fraction,
-    clipped_surrogate,
-    clipped_value_loss,
-    entropy_bonus,
-    exact_gaussian_kl,
-)
+from myriad.nn.population import PopulationActorCritic
 from myriad.rl.ppo import PPO, PPOConfig
 from myriad.rl.storage import Batch
 
@@ -272,38 +264,9 @@ class PBT(PPO):
         """The best member by the objective of the last round (0 before any)."""
         return int(np.argmax(self.objective))
 
-    def ppo_loss(
-        self, batch: Batch, evaluation: Evaluation
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """PPO's loss with each row clipped by its member's own range."""
-        cfg = self.config
-        clip = self.clip[batch.member]
-        surrogate = clipped_surrogate(
-            evaluation.log_prob, batch.log_probs, self.advantages(batch), clip
-        ).mean()
-        value_loss = clipped_value_loss(
-            self._value_scale(evaluation.value),
-            self._value_scale(batch.values),
-            self._value_scale(batch.returns),
-            cfg.value_clip,
-        ).mean()
-        bonus = entropy_bonus(evaluation.entropy, batch.member, self.entropy_coef)
-        loss = surrogate + cfg.value_coef * value_loss - bonus
-        with torch.no_grad():
-            stats = {
-                "policy_loss": surrogate.detach(),
-                "value_loss": value_loss.detach(),
-                "entropy": evaluation.entropy.mean(),
-                "approx_kl": approx_kl(evaluation.log_prob, batch.log_probs),
-                "clip_fraction": clip_fraction(evaluation.log_prob, batch.log_probs, clip),
-            }
-            if cfg.kl_estimator == "exact" and batch.means is not None:
-                stats["kl"] = exact_gaussian_kl(
-                    batch.means, batch.log_stds, evaluation.mean, evaluation.log_std
-                )
-            else:
-                stats["kl"] = stats["approx_kl"]
-        return loss, stats
+    def clip_range(self, batch: Batch) -> torch.Tensor:
+        """Each row is clipped by its member's own range."""
+        return self.clip[batch.member]
 
     def end_iteration(self, returns: np.ndarray, counts: np.ndarray) -> dict[str, float]:
         """Fold in one iteration's finished episodes (per-member return sums and counts,

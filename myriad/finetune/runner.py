@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 from myriad.envs import make
@@ -253,10 +252,3 @@ class _RunnerState:
         r.init_report = InitReport(**state["init"]) if state["init"] else None
         matrix = state["kl_matrix"]
         r.diagnostics.last_matrix = matrix.clone() if matrix is not None else None
-
-
-def run_folder(path: Path) -> Path:
-    """The run folder holding ``path`` (a run folder, its ``checkpoints/`` or a checkpoint)."""
-    while path != path.parent and not (path / "config.yaml").is_file():
-        path = path.parent
-    return path

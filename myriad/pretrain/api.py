@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
-from myriad.utils.config import compose, default_run_dir, load_run_config
+from myriad.utils.config import compose, default_run_dir, resumed_config, run_folder
 
 
 def resolve_config(
@@ -20,18 +19,14 @@ def resolve_config(
     overrides that would change the experiment)."""
     if resume is None:
         return compose("pretrain", overrides)
-    saved = OmegaConf.create(load_run_config(resume))
-    if overrides:
-        saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
-    return OmegaConf.to_container(saved, resolve=True)  # type: ignore[return-value]
+    return resumed_config(resume, overrides)
 
 
-def run_folder(cfg: dict[str, Any], resume: str | Path | None, run_dir: str | Path | None) -> Path:
+def output_folder(
+    cfg: dict[str, Any], resume: str | Path | None, run_dir: str | Path | None
+) -> Path:
     if resume is not None:
-        path = Path(resume)
-        while path != path.parent and not (path / "config.yaml").is_file():
-            path = path.parent
-        return path
+        return run_folder(resume)
     if run_dir or cfg.get("run_dir"):
         return Path(run_dir or cfg["run_dir"])
     return default_run_dir("pretrain", str(cfg["env"]["name"]))
@@ -54,7 +49,7 @@ def pretrain(
     from myriad.pretrain.runner import PretrainRunner
 
     cfg = resolve_config(overrides, resume)
-    folder = run_folder(cfg, resume, run_dir)
+    folder = output_folder(cfg, resume, run_dir)
     if int(cfg.get("torch_threads") or 0) > 0:
         torch.set_num_threads(int(cfg["torch_threads"]))
     runner = PretrainRunner(cfg, folder)

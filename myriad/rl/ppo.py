@@ -193,13 +193,18 @@ class PPO:
         vn = self.model.value_norm
         return v if vn is None else vn.normalize(v)
 
+    def clip_range(self, batch: Batch) -> float | torch.Tensor:
+        """The ratio clip range of each row: the configured one (PBT gives one per member)."""
+        return self.config.clip
+
     def ppo_loss(
         self, batch: Batch, evaluation: Evaluation
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Clipped surrogate + value loss - entropy bonus on one minibatch."""
         cfg = self.config
+        clip = self.clip_range(batch)
         surrogate = clipped_surrogate(
-            evaluation.log_prob, batch.log_probs, self.advantages(batch), cfg.clip
+            evaluation.log_prob, batch.log_probs, self.advantages(batch), clip
         ).mean()
         value_loss = clipped_value_loss(
             self._value_scale(evaluation.value),
@@ -215,7 +220,7 @@ class PPO:
                 "value_loss": value_loss.detach(),
                 "entropy": evaluation.entropy.mean(),
                 "approx_kl": approx_kl(evaluation.log_prob, batch.log_probs),
-                "clip_fraction": clip_fraction(evaluation.log_prob, batch.log_probs, cfg.clip),
+                "clip_fraction": clip_fraction(evaluation.log_prob, batch.log_probs, clip),
             }
             if cfg.kl_estimator == "exact" and batch.means is not None:
                 stats["kl"] = exact_gaussian_kl(

@@ -64,6 +64,23 @@ def load_run_config(run: str | Path) -> dict[str, Any]:
     raise FileNotFoundError(f"no config.yaml found for run {run}: give a run folder or checkpoint")
 
 
+def resumed_config(run: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """A run's saved config with ``overrides`` applied on top; the runner then refuses overrides
+    that would change the experiment (see ``RunnerBase.RESUME_IGNORED_KEYS``)."""
+    saved = OmegaConf.create(load_run_config(run))
+    if overrides:
+        saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
+    return OmegaConf.to_container(saved, resolve=True)  # type: ignore[return-value]
+
+
+def run_folder(path: str | Path) -> Path:
+    """The run folder holding ``path`` (a run folder, its ``checkpoints/`` or a checkpoint)."""
+    path = Path(path)
+    while path != path.parent and not (path / "config.yaml").is_file():
+        path = path.parent
+    return path
+
+
 def default_run_dir(kind: str, env_name: str, root: str | Path = "runs") -> Path:
     """``runs/<kind>/<env>-<date>-<time>`` (unique within a second)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
