@@ -109,5 +109,7 @@ def test_cli_runs_and_reports_bad_input(tmp_path, capsys):
     assert summary["iterations"] == 2
     assert main(["finetune", "--algo", "ppo", "--resume", str(tmp_path / "cli")]) == 2
     assert "is a run of algo=cpo, not ppo" in capsys.readouterr().err
-    assert main(["finetune", "--algo", "cpo", "num_envs=15", "population.size=2"]) == 2
+    bad_layout = ["num_envs=15", "population.size=2", "--run-dir", str(tmp_path / "bad")]
+    assert main(["finetune", "--algo", "cpo", *bad_layout]) == 2
     assert "num_envs=15 does not split into population.size=2" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()  # refused before anything is written
