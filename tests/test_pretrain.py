@@ -155,3 +155,19 @@ def test_pretraining_raises_entropy_and_coverage(tmp_path):
     assert np.mean(entropy[-5:]) > entropy[0] + 0.3
     assert abs(diversity[0]) < 0.1 and np.mean(diversity[-5:]) > 0.3
     assert history["coverage/cumulative_union"][-1][1] > 0.9
+
+
+def test_pretraining_runs_on_ray_workers_through_config(tmp_path):
+    """`distributed=local` puts the envs in Ray workers behind the same VecEnv; the run and its
+    dataset are complete."""
+    ray = pytest.importorskip("ray")
+    try:
+        summary = pretrain(
+            [*TINY, "iterations=2", "checkpoint_every=0", "distributed=local"],
+            run_dir=tmp_path / "ray",
+            quiet=True,
+        )
+    finally:
+        ray.shutdown()
+    assert summary["env_steps"] == 2 * 16 * 64
+    assert len(read_d4rl(summary["dataset"])["observations"]) == 2 * 16 * 64

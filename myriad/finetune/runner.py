@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from myriad.envs import make
+from myriad.envs import make, make_from_config
 from myriad.envs.base import TensorVecEnv, VecEnv
 from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.diagnostics import Diagnostics
@@ -86,7 +86,7 @@ class FinetuneRunner(RunnerBase):
         seed_everything(self.seed)
         num_envs, size = int(cfg["num_envs"]), int(cfg["population"]["size"])
         check_layout(num_envs, size)
-        env = self.make_env(num_envs)
+        env = make_from_config(cfg["env"], num_envs, cfg["device"], cfg.get("distributed"))
         check_task(env)
         desync = bool(cfg.get("desync_episodes", True)) and isinstance(env, TensorVecEnv)
         self.model = build_population(cfg["population"], env.obs_dim, env.action_dim).to(env.device)
