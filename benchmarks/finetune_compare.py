@@ -1,12 +1,14 @@
 """PPO vs SAPG vs CPO vs PBT on a sparse goal, each with and without K-Myriad initialisation.
 
 Every (algorithm, init, seed) run trains for the same number of env steps and evaluates its
-leader (deterministic actions, fresh envs) every ``--eval-every`` iterations. Per run:
+leader (deterministic actions, fresh envs) every ``--eval-every`` iterations. The score is the
+leader's success rate (``--metric success``, goal tasks) or its mean episode return
+(``--metric return``, for example Ant's own reward). Per run:
 
-- ``final_success``: the leader's success over ``--final-episodes`` episodes at the end;
-- ``auc``: mean of the leader's evaluated success over the run (sample efficiency);
-- ``steps_to_half``: env steps until the evaluated success first reaches 0.5 (the budget when
-  it never does);
+- ``final_success`` / ``final_return``: the score over ``--final-episodes`` episodes at the end;
+- ``auc``: mean of the leader's evaluated score over the run (sample efficiency);
+- ``steps_to_half`` (success) / ``steps_to_threshold`` (return): env steps until the evaluated
+  score first reaches ``--threshold`` (the budget when it never does);
 - ``leader_ess``: mean normalised ESS of the leader's off-policy batch (SAPG, CPO).
 
 Aggregates across seeds are the interquartile mean (IQM) and the mean with 95% stratified
@@ -15,6 +17,9 @@ throughput (collection + update, env steps per second) of a population of 16 wit
 policy on the same number of envs.
 
     python benchmarks/finetune_compare.py --init runs/pretrain/nav-maze-... --seeds 5
+    python benchmarks/finetune_compare.py --init runs/pretrain/mujoco-ant-... --metric return \
+        --threshold 100 --jobs 2 --out benchmarks/results/finetune_compare_ant.json \
+        env=ant task=native
 
 writes ``--out`` (JSON) and a figure next to it (same name, ``.png``).
 """
@@ -37,6 +42,12 @@ from myriad.finetune.runner import FinetuneRunner
 from myriad.utils.checkpoint import library_versions
 
 ALGOS = ("ppo", "sapg", "cpo", "pbt")
+METRICS = ("success", "return")
+
+
+def metric_keys(metric: str) -> tuple[str, str]:
+    """Record keys of a run's final score and of its env steps to the threshold."""
+    return f"final_{metric}", "steps_to_half" if metric == "success" else "steps_to_threshold"
 
 
 def run_once(
@@ -66,29 +77,52 @@ def run_once(
         if init:
             runner.initialise(cfg["init"]["source"])
         runner.learn(args.iterations)
-        final = runner.evaluate_leader(args.final_episodes)["eval/leader_success"]
+        final = runner.evaluate_leader(args.final_episodes)[f"eval/leader_{args.metric}"]
         history = runner.logger.history
         steps_per_iteration = runner.steps_per_iteration
     finally:
         runner.close()
     wall = time.perf_counter() - start
-    curve = [(step * steps_per_iteration, value) for step, value in history["eval/leader_success"]]
+    curve = [
+        (step * steps_per_iteration, value) for step, value in history[f"eval/leader_{args.metric}"]
+    ]
     budget = args.iterations * steps_per_iteration
-    reached = [s for s, v in curve if v >= 0.5]
+    reached = [s for s, v in curve if v >= args.threshold]
     ess = [v for _, v in history.get("train/leader_ess", [])]
+    final_key, reach_key = metric_keys(args.metric)
     return {
         "algo": algo,
         "init": bool(init),
         "seed": seed,
+        "metric": args.metric,
         "curve": curve,
-        "final_success": final,
+        final_key: final,
         "auc": float(np.mean([v for _, v in curve])) if curve else 0.0,
-        "steps_to_half": reached[0] if reached else budget,
+        reach_key: reached[0] if reached else budget,
         "leader_ess": float(np.mean(ess)) if ess else None,
         "ess_curve": [(s * steps_per_iteration, v) for s, v in history.get("train/leader_ess", [])],
         "wall_s": wall,
         "env_steps": budget,
     }
+
+
+def _run_job(job: tuple[str, int, str | None], args: argparse.Namespace, workdir: Path) -> dict:
+    torch.set_num_threads(1)
+    return run_once(*job, args, workdir)
+
+
+def _run_all(
+    jobs: list[tuple[str, int, str | None]], args: argparse.Namespace, workdir: Path
+) -> list[dict[str, Any]]:
+    """Every job's record, in job order; ``--jobs`` > 1 runs them in spawned processes (each
+    run is seeded, so the records do not depend on the process that ran them)."""
+    if args.jobs <= 1:
+        return [run_once(*job, args, workdir) for job in jobs]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+        return list(pool.map(_run_job, jobs, [args] * len(jobs), [workdir] * len(jobs)))
 
 
 def aggregate(runs: list[dict[str, Any]], reps: int) -> dict[str, Any]:
@@ -100,7 +134,8 @@ def aggregate(runs: list[dict[str, Any]], reps: int) -> dict[str, Any]:
         {(r["algo"], r["init"]) for r in runs}, key=lambda v: (ALGOS.index(v[0]), v[1])
     )
     out: dict[str, Any] = {}
-    for metric in ("final_success", "auc", "steps_to_half"):
+    final_key, reach_key = metric_keys(runs[0].get("metric", "success"))
+    for metric in (final_key, "auc", reach_key):
         scores = {
             f"{a}{'+init' if i else ''}": np.array(
                 [[r[metric]] for r in runs if r["algo"] == a and r["init"] == i], dtype=float
@@ -138,8 +173,9 @@ def aggregate(runs: list[dict[str, Any]], reps: int) -> dict[str, Any]:
 def claims(agg: dict[str, Any]) -> dict[str, Any]:
     """The CPO paper's claims, re-measured on these runs."""
     auc = agg["auc"]
-    final = agg["final_success"]
-    half = agg["steps_to_half"]
+    final_key, reach_key = next(metric_keys(m) for m in METRICS if metric_keys(m)[0] in agg)
+    final = agg[final_key]
+    half = agg[reach_key]
 
     def iqm(table: dict[str, Any], key: str) -> float | None:
         return table[key]["iqm"] if key in table else None
@@ -153,7 +189,7 @@ def claims(agg: dict[str, Any]) -> dict[str, Any]:
                 # All three equal (for example none ever succeeds) decides nothing.
                 "holds": None if c == s == p else bool(c >= s >= p),
                 "auc_iqm": dict(zip(keys, (c, s, p))),
-                "final_success_iqm": {k: iqm(final, k) for k in keys},
+                f"{final_key}_iqm": {k: iqm(final, k) for k in keys},
             }
     for suffix in ("+init", ""):
         c, s = f"cpo{suffix}", f"sapg{suffix}"
@@ -171,9 +207,9 @@ def claims(agg: dict[str, Any]) -> dict[str, Any]:
             budget = max(half[f"{a}+init"]["values"] + half[a]["values"])
             never = with_init >= budget and scratch >= budget
             out[f"K-Myriad init reaches the goal sooner ({a})"] = {
-                # Neither variant reaching 50% within the budget decides nothing.
+                # Neither variant reaching the threshold within the budget decides nothing.
                 "holds": None if never else bool(with_init < scratch),
-                "steps_to_half_iqm": {"init": with_init, "scratch": scratch},
+                f"{reach_key}_iqm": {"init": with_init, "scratch": scratch},
             }
     return out
 
@@ -237,16 +273,19 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any], reps: in
             ax.plot(steps, point["x"], style, color=colors[algo], label=label, linewidth=1.4)
             ax.fill_between(steps, ci["x"][0], ci["x"][1], color=colors[algo], alpha=0.12)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("leader success (deterministic), IQM")
-    ax.set_ylim(-0.02, 1.02)
+    metric = runs[0].get("metric", "success")
+    final_key, _ = metric_keys(metric)
+    ax.set_ylabel(f"leader {metric} (deterministic), IQM")
+    if metric == "success":
+        ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=7)
     ax.set_title("learning curves (95% CI)", fontsize=10)
 
-    for ax, metric, title in (
-        (axes[1], "auc", "sample efficiency: mean evaluated success (IQM, 95% CI)"),
-        (axes[2], "final_success", "final leader success (IQM, 95% CI)"),
+    for ax, key, title in (
+        (axes[1], "auc", f"sample efficiency: mean evaluated {metric} (IQM, 95% CI)"),
+        (axes[2], final_key, f"final leader {metric} (IQM, 95% CI)"),
     ):
-        table = agg[metric]
+        table = agg[key]
         names = list(table)
         y = np.arange(len(names))
         iqm = np.array([table[n]["iqm"] for n in names])
@@ -261,7 +300,8 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any], reps: in
             capsize=3,
         )
         ax.set_yticks(y, names, fontsize=8)
-        ax.set_xlim(0, 1.05)
+        if metric == "success":
+            ax.set_xlim(0, 1.05)
         ax.set_title(title, fontsize=10)
     ax = axes[3]
     for algo in ("sapg", "cpo"):
@@ -300,8 +340,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--eval-episodes", type=int, default=32)
     parser.add_argument("--final-episodes", type=int, default=64)
+    parser.add_argument("--metric", choices=METRICS, default="success")
+    parser.add_argument(
+        "--threshold", type=float, default=0.5, help="score counted as reached (0.5 success)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
     parser.add_argument("--throughput-envs", type=int, default=1024)
-    parser.add_argument("--throughput-iterations", type=int, default=3)
+    parser.add_argument(
+        "--throughput-iterations", type=int, default=3, help="0 skips the throughput measurement"
+    )
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
     parser.add_argument("--out", default="benchmarks/results/finetune_compare.json")
     parser.add_argument(
@@ -323,22 +370,29 @@ def main(argv: list[str] | None = None) -> int:
 
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    runs: list[dict[str, Any]] = []
     start = time.perf_counter()
+    jobs = [
+        (algo, seed, init)
+        for seed in range(args.seeds)
+        for algo in args.algos
+        for init in (args.init, None)
+    ]
+    final_key, reach_key = metric_keys(args.metric)
     with tempfile.TemporaryDirectory(prefix="finetune-compare-") as tmp:
         workdir = Path(tmp)
-        for seed in range(args.seeds):
-            for algo in args.algos:
-                for init in (args.init, None):
-                    record = run_once(algo, seed, init, args, workdir)
-                    runs.append(record)
-                    print(
-                        f"{algo:<5} {'init' if init else 'scratch':<8} seed {seed}: "
-                        f"final {record['final_success']:.2f}  auc {record['auc']:.2f}  "
-                        f"steps to 50% {record['steps_to_half']:,}  ({record['wall_s']:.0f} s)",
-                        flush=True,
-                    )
-        speed = throughput(args.throughput_envs, args.throughput_iterations, workdir)
+        runs = _run_all(jobs, args, workdir)
+        for record in runs:
+            print(
+                f"{record['algo']:<5} {'init' if record['init'] else 'scratch':<8} "
+                f"seed {record['seed']}: final {record[final_key]:.2f}  auc {record['auc']:.2f}  "
+                f"steps to {args.threshold:g}: {record[reach_key]:,}  ({record['wall_s']:.0f} s)",
+                flush=True,
+            )
+        speed = (
+            throughput(args.throughput_envs, args.throughput_iterations, workdir)
+            if args.throughput_iterations > 0
+            else None
+        )
     agg = aggregate(runs, args.reps)
     result = {
         "benchmark": "finetune_compare",
@@ -358,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
             "eval_every": args.eval_every,
             "eval_episodes": args.eval_episodes,
             "final_episodes": args.final_episodes,
+            "metric": args.metric,
+            "threshold": args.threshold,
             "overrides": args.overrides,
             "config": resolve_config("cpo", args.overrides)["env"],
         },

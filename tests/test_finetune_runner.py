@@ -9,6 +9,7 @@ import torch
 
 from myriad.cli import main
 from myriad.finetune.api import resolve_config
+from myriad.finetune.init import InitReport
 from myriad.finetune.runner import FinetuneRunner
 
 TINY = [
@@ -113,3 +114,31 @@ def test_cli_runs_and_reports_bad_input(tmp_path, capsys):
     assert main(["finetune", "--algo", "cpo", *bad_layout]) == 2
     assert "num_envs=15 does not split into population.size=2" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize("algo", ["cpo", "ppo"])
+def test_critic_only_update_leaves_actors_and_lr(tmp_path, algo):
+    r = runner(tmp_path, algo, "run", "plots=false", "tensorboard=false")
+    r.collector.collect(r.storage)
+    actor = {k: v.clone() for k, v in r.model.actor.state_dict().items()}
+    critic = {k: v.clone() for k, v in r.model.critic.state_dict().items()}
+    log_std, lr = r.model.log_std.detach().clone(), r.algorithm.lr
+    stats = r.algorithm.update(r.storage, critic_only=True)
+    for k, v in r.model.actor.state_dict().items():
+        assert torch.equal(v, actor[k]), k
+    assert torch.equal(r.model.log_std, log_std)
+    assert any(not torch.equal(v, critic[k]) for k, v in r.model.critic.state_dict().items())
+    assert r.algorithm.lr == lr and stats["value_loss"] > 0.0
+    r.close()
+
+
+def test_critic_warmup_only_after_init_with_fresh_critics(tmp_path):
+    r = runner(tmp_path, "cpo", "run", "plots=false", "init.critic_warmup=2")
+    assert r.critic_warmup == 0  # no --init: nothing to warm up against
+    r.init_report = InitReport("pretrained.pt", [1.0], [1.0], [0], [0, 0], "fresh")
+    assert r.critic_warmup == 2
+    r.learn(3)
+    assert [v for _, v in r.logger.history["train/critic_only"]] == [1.0, 1.0, 0.0]
+    r.init_report.critic = "pretrained"
+    assert r.critic_warmup == 0
+    r.close()

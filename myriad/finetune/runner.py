@@ -151,10 +151,20 @@ class FinetuneRunner(RunnerBase):
     def steps_per_iteration(self) -> int:
         return self.storage.num_steps * self.storage.num_envs
 
+    @property
+    def critic_warmup(self) -> int:
+        """Iterations at the start that fit only the critics: ``init.critic_warmup`` when the
+        actors come from ``--init`` and the critics are fresh, else 0."""
+        if self.init_report is None or self.init_report.critic != "fresh":
+            return 0
+        return int((self.config.get("init") or {}).get("critic_warmup", 0))
+
     def iteration(self) -> dict[str, float]:
         self.collector.collect(self.storage)
-        stats = self.algorithm.update(self.storage)
+        critic_only = self.iteration_count < self.critic_warmup
+        stats = self.algorithm.update(self.storage, critic_only=critic_only)
         out: dict[str, float] = {f"train/{k}": v for k, v in stats.items()}
+        out["train/critic_only"] = float(critic_only)
         out.update(self.collector.episodes.summary())
         task = self.env.read()
         end_iteration = getattr(self.algorithm, "end_iteration", None)

@@ -284,7 +284,7 @@ class SAPG(PPO):
         ensure_field(storage, "leader_td_advantage").view(-1).copy_(advantage)
         ensure_field(storage, "leader_td_target").view(-1).copy_(target)
 
-    def update(self, storage: RolloutStorage) -> dict[str, float]:
-        stats = super().update(storage)
+    def update(self, storage: RolloutStorage, critic_only: bool = False) -> dict[str, float]:
+        stats = super().update(storage, critic_only)
         stats.update(self.prepare_stats)
         return stats

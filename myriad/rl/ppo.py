@@ -197,6 +197,15 @@ class PPO:
         """The ratio clip range of each row: the configured one (PBT gives one per member)."""
         return self.config.clip
 
+    def value_loss(self, batch: Batch, evaluation: Evaluation) -> torch.Tensor:
+        """The critics' (clipped) regression loss toward the returns, a scalar."""
+        return clipped_value_loss(
+            self._value_scale(evaluation.value),
+            self._value_scale(batch.values),
+            self._value_scale(batch.returns),
+            self.config.value_clip,
+        ).mean()
+
     def ppo_loss(
         self, batch: Batch, evaluation: Evaluation
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -206,12 +215,7 @@ class PPO:
         surrogate = clipped_surrogate(
             evaluation.log_prob, batch.log_probs, self.advantages(batch), clip
         ).mean()
-        value_loss = clipped_value_loss(
-            self._value_scale(evaluation.value),
-            self._value_scale(batch.values),
-            self._value_scale(batch.returns),
-            cfg.value_clip,
-        ).mean()
+        value_loss = self.value_loss(batch, evaluation)
         bonus = entropy_bonus(evaluation.entropy, batch.member, self.entropy_coef)
         loss = surrogate + cfg.value_coef * value_loss - bonus
         with torch.no_grad():
@@ -243,12 +247,22 @@ class PPO:
 
     # ---------------------------------------------------------------- the loop
 
-    def update(self, storage: RolloutStorage) -> dict[str, float]:
+    def critic_loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The value loss alone (actors get no gradient) and its stats."""
+        value_loss = self.value_loss(batch, self.evaluate(batch))
+        loss = self.config.value_coef * value_loss
+        return loss, {"value_loss": value_loss.detach(), "loss": loss.detach()}
+
+    def update(self, storage: RolloutStorage, critic_only: bool = False) -> dict[str, float]:
         """Run the configured epochs over ``storage``'s rollout; returns mean stats.
 
         With the adaptive schedule the learning rate is adjusted before each optimiser step
         from that minibatch's KL, which reads one scalar from the device per minibatch; nothing
         else leaves the device until the stats are averaged at the end.
+
+        ``critic_only`` fits the critics and leaves the actors (and the learning rate) as they
+        are: the warm-up of trained actors paired with fresh critics, whose first advantages
+        would otherwise be noise that undoes what the actors know.
         """
         cfg = self.config
         self.prepare(storage)
@@ -257,8 +271,8 @@ class PPO:
         count = 0
         for _ in range(cfg.epochs):
             for batch in storage.minibatches(cfg.minibatches, member_major, self.generator):
-                loss, stats = self.loss(batch)
-                if cfg.schedule == "adaptive":
+                loss, stats = self.critic_loss(batch) if critic_only else self.loss(batch)
+                if cfg.schedule == "adaptive" and not critic_only:
                     self.set_lr(
                         adaptive_lr(
                             self.lr,
