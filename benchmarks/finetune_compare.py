@@ -342,7 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--final-episodes", type=int, default=64)
     parser.add_argument("--metric", choices=METRICS, default="success")
     parser.add_argument(
-        "--threshold", type=float, default=0.5, help="score counted as reached (0.5 success)"
+        "--threshold",
+        type=float,
+        default=None,
+        help="score counted as reached (default 0.5 for success; required for return); with "
+        "--reaggregate, recomputes the steps to it from the stored curves",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
     parser.add_argument("--throughput-envs", type=int, default=1024)
@@ -359,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.reaggregate:
         path = Path(args.reaggregate)
         result = json.loads(path.read_text())
+        if args.threshold is not None:
+            _, reach_key = metric_keys(result["runs"][0].get("metric", "success"))
+            for run in result["runs"]:
+                reached = [s for s, v in run["curve"] if v >= args.threshold]
+                run[reach_key] = reached[0] if reached else run["env_steps"]
+            result["settings"]["threshold"] = args.threshold
         result["aggregate"] = aggregate(result["runs"], args.reps)
         result["claims"] = claims(result["aggregate"])
         path.write_text(json.dumps(result, indent=2) + "\n")
@@ -367,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.init:
         parser.error("--init is required (a pretraining run for the +init variants)")
+    if args.threshold is None:
+        if args.metric != "success":
+            parser.error("--metric return needs --threshold (the return counted as reached)")
+        args.threshold = 0.5
 
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)

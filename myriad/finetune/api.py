@@ -7,11 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from myriad.finetune.algorithms import check_algorithm
 from myriad.finetune.init import init_config
-from myriad.utils.config import ConfigError, compose, default_run_dir, resumed_config, run_folder
+from myriad.rl.runner import run_to_completion, set_torch_threads
+from myriad.utils.config import ConfigError, compose, output_folder, resumed_config
 
 
 def _algo_override(overrides: Sequence[str]) -> str | None:
@@ -85,24 +84,12 @@ def finetune(
 
     cfg = resolve_config(algo, overrides, init, resume)
     check_layout(int(cfg["num_envs"]), int(cfg["population"]["size"]))
-    if resume is not None:
-        folder = run_folder(Path(resume))
-    elif run_dir or cfg.get("run_dir"):
-        folder = Path(run_dir or cfg["run_dir"])
-    else:
-        folder = default_run_dir("finetune", f"{cfg['algo']['name']}-{cfg['env']['name']}")
-    if int(cfg.get("torch_threads") or 0) > 0:
-        torch.set_num_threads(int(cfg["torch_threads"]))
+    name = f"{cfg['algo']['name']}-{cfg['env']['name']}"
+    folder = output_folder("finetune", name, cfg, resume, run_dir)
+    set_torch_threads(cfg)
     runner = FinetuneRunner(cfg, folder)
-    try:
-        if resume is not None:
-            runner.resume(resume)
-        elif init is not None:
-            runner.initialise(cfg["init"]["source"])
-        runner.learn(int(cfg["iterations"]))
-        summary = runner.finish()
-    finally:
-        runner.close()
+    start = (lambda: runner.initialise(cfg["init"]["source"])) if init is not None else None
+    summary = run_to_completion(runner, int(cfg["iterations"]), resume, start)
     if not quiet:
         report(summary, folder)
     return summary

@@ -6,9 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from myriad.utils.config import compose, default_run_dir, resumed_config, run_folder
+from myriad.rl.runner import run_to_completion, set_torch_threads
+from myriad.utils.config import compose, output_folder, resumed_config
 
 
 def resolve_config(
@@ -20,16 +19,6 @@ def resolve_config(
     if resume is None:
         return compose("pretrain", overrides)
     return resumed_config(resume, overrides)
-
-
-def output_folder(
-    cfg: dict[str, Any], resume: str | Path | None, run_dir: str | Path | None
-) -> Path:
-    if resume is not None:
-        return run_folder(resume)
-    if run_dir or cfg.get("run_dir"):
-        return Path(run_dir or cfg["run_dir"])
-    return default_run_dir("pretrain", str(cfg["env"]["name"]))
 
 
 def pretrain(
@@ -49,17 +38,9 @@ def pretrain(
     from myriad.pretrain.runner import PretrainRunner
 
     cfg = resolve_config(overrides, resume)
-    folder = output_folder(cfg, resume, run_dir)
-    if int(cfg.get("torch_threads") or 0) > 0:
-        torch.set_num_threads(int(cfg["torch_threads"]))
-    runner = PretrainRunner(cfg, folder)
-    try:
-        if resume is not None:
-            runner.resume(resume)
-        runner.learn(int(cfg["iterations"]))
-        summary = runner.finish()
-    finally:
-        runner.close()
+    folder = output_folder("pretrain", str(cfg["env"]["name"]), cfg, resume, run_dir)
+    set_torch_threads(cfg)
+    summary = run_to_completion(PretrainRunner(cfg, folder), int(cfg["iterations"]), resume)
     if not quiet:
         report(summary, folder)
     return summary

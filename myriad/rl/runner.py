@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -280,6 +280,33 @@ class RunnerBase(abc.ABC):
         self._pending_history = payload["logger"]
         restore_rng_state(payload["rng"])
         return source
+
+
+def run_to_completion(
+    runner: RunnerBase,
+    iterations: int,
+    resume: str | os.PathLike[str] | None = None,
+    start: Callable[[], Any] | None = None,
+) -> dict[str, Any]:
+    """Resume ``runner`` from ``resume`` (or call ``start``, e.g. an initialisation), train
+    until ``iterations`` and return :meth:`RunnerBase.finish`'s summary; the runner is closed
+    whatever happens."""
+    try:
+        if resume is not None:
+            runner.resume(resume)
+        elif start is not None:
+            start()
+        runner.learn(iterations)
+        return runner.finish()
+    finally:
+        runner.close()
+
+
+def set_torch_threads(config: Mapping[str, Any]) -> None:
+    """Apply ``torch_threads`` from a run config (0 or missing: torch's default)."""
+    threads = int(config.get("torch_threads") or 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
 
 
 class _ProgressBar:

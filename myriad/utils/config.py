@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,22 @@ def run_folder(path: str | Path) -> Path:
     while path != path.parent and not (path / "config.yaml").is_file():
         path = path.parent
     return path
+
+
+def output_folder(
+    kind: str,
+    name: str,
+    cfg: Mapping[str, Any],
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+) -> Path:
+    """Where a run writes: the resumed run's folder, else ``run_dir`` (argument, then config),
+    else ``runs/<kind>/<name>-<date>-<time>``."""
+    if resume is not None:
+        return run_folder(resume)
+    if run_dir or cfg.get("run_dir"):
+        return Path(run_dir or cfg["run_dir"])
+    return default_run_dir(kind, name)
 
 
 def default_run_dir(kind: str, env_name: str, root: str | Path = "runs") -> Path:
