@@ -21,19 +21,22 @@ has_robotics = pytest.mark.skipif(
 
 
 @pytest.mark.parametrize(
-    ("gym_id", "name", "action_scale"),
+    ("gym_id", "name", "action_scale", "options"),
     [
-        ("Ant-v5", "mujoco-ant", 1.0),
-        ("HalfCheetah-v5", "mujoco-halfcheetah", 1.0),
-        ("Humanoid-v5", "mujoco-humanoid", 0.4),
+        ("Ant-v5", "mujoco-ant", 1.0, {}),
+        ("Ant-v5", "mujoco-ant", 1.0, {"healthy_reward": 0.0}),
+        ("HalfCheetah-v5", "mujoco-halfcheetah", 1.0, {}),
+        ("Humanoid-v5", "mujoco-humanoid", 0.4, {}),
     ],
 )
-def test_matches_gymnasium_v5(gym_id: str, name: str, action_scale: float, tmp_path, monkeypatch):
+def test_matches_gymnasium_v5(
+    gym_id: str, name: str, action_scale: float, options: dict, tmp_path, monkeypatch
+):
     """Same state and actions: same observations, rewards and terminations as Gymnasium."""
     monkeypatch.chdir(tmp_path)  # MuJoCo logs Gymnasium's deprecated MJCF attributes to a file
-    reference = gym.make(gym_id).unwrapped
+    reference = gym.make(gym_id, **options).unwrapped
     ref_obs, _ = reference.reset(seed=3)
-    env = make(name, 1, model="gymnasium")
+    env = make(name, 1, model="gymnasium", **options)
     qpos = torch.from_numpy(reference.data.qpos.copy())[None]
     qvel = torch.from_numpy(reference.data.qvel.copy())[None]
     obs = env.set_state(qpos, qvel)

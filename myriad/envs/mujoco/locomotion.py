@@ -57,8 +57,11 @@ class AntEnv(MujocoVecEnv):
         xy_bound: float = 20.0,
         num_workers: int | None = None,
         validate: bool = True,
+        healthy_reward: float = 1.0,
     ):
         self.model_name = model
+        # Gymnasium's Ant-v5 argument of the same name: the per-step reward for staying upright.
+        self.healthy_reward = float(healthy_reward)
         mj_model = locomotion_model("ant", model, maze=self._maze())
         super().__init__(
             num_envs,
