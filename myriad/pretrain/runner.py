@@ -144,7 +144,8 @@ class PretrainRunner(RunnerBase):
         self.objective = build_objective(obj_cfg, self.model, self.algorithm)
         spec = self.env.features
         self._reachable = (
-            torch.as_tensor(spec.reachable, device=self.env.device)
+            # A copy: the grid of a remote env arrives as a read-only array.
+            torch.tensor(spec.reachable, device=self.env.device)
             if spec.reachable is not None
             else None
         )
