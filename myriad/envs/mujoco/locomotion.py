@@ -23,6 +23,21 @@ def _wrap_angle(a: torch.Tensor) -> torch.Tensor:
     return torch.atan2(torch.sin(a), torch.cos(a))
 
 
+def _xy_box(bound: float) -> FeatureSpec:
+    """Torso x-y features in ``[-bound, bound]^2`` on a grid of about half-metre cells."""
+    b = float(bound)
+    cells = max(2, round(2 * b))
+    return FeatureSpec(("x", "y"), (-b, -b), (b, b), (cells, cells))
+
+
+def _uniform_qpos_normal_qvel(env: MujocoVecEnv, noise: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gymnasium's Ant / HalfCheetah reset: ``qpos0 + U(-noise, noise)``, ``noise * N(0, 1)``
+    velocities, ``[E, nq]`` and ``[E, nv]``."""
+    nq, nv = env.mj_model.nq, env.mj_model.nv
+    qpos = env.qpos0 + env.uniform((env.num_envs, nq), -noise, noise)
+    return qpos, noise * env.normal((env.num_envs, nv))
+
+
 class AntEnv(MujocoVecEnv):
     """Gymnasium ``Ant-v5``: 105-dim observation ``[qpos[2:] (13), qvel (14), clip(cfrc_ext[1:],
     -1, 1) (78)]``; reward ``x_velocity + 1 * healthy - 0.5 |a|^2 - 5e-4 |clip(cfrc_ext)|^2``;
@@ -90,18 +105,13 @@ class AntEnv(MujocoVecEnv):
         return (mj_model.nq - 2) + mj_model.nv + (mj_model.nbody - 1) * 6
 
     def _feature_spec(self, xy_bound: float) -> FeatureSpec:
-        b = float(xy_bound)
-        cells = max(2, round(2 * b))
-        return FeatureSpec(("x", "y"), (-b, -b), (b, b), (cells, cells))
+        return _xy_box(xy_bound)
 
     def _torso_xy(self) -> torch.Tensor:
         return self.sim.field("xpos")[:, 1, :2]
 
     def _sample_reset(self) -> tuple[torch.Tensor, torch.Tensor]:
-        nq, nv = self.mj_model.nq, self.mj_model.nv
-        qpos = self.qpos0 + self.uniform((self.num_envs, nq), -self.reset_noise, self.reset_noise)
-        qvel = self.reset_noise * self.normal((self.num_envs, nv))
-        return qpos, qvel
+        return _uniform_qpos_normal_qvel(self, self.reset_noise)
 
     def _on_reset(self, mask: torch.Tensor) -> None:
         self._xy_before = torch.where(mask.view(-1, 1), self._torso_xy(), self._xy_before)
@@ -189,10 +199,7 @@ class HalfCheetahEnv(MujocoVecEnv):
         self.reset(0)
 
     def _sample_reset(self) -> tuple[torch.Tensor, torch.Tensor]:
-        nq, nv = self.mj_model.nq, self.mj_model.nv
-        qpos = self.qpos0 + self.uniform((self.num_envs, nq), -self.reset_noise, self.reset_noise)
-        qvel = self.reset_noise * self.normal((self.num_envs, nv))
-        return qpos, qvel
+        return _uniform_qpos_normal_qvel(self, self.reset_noise)
 
     def _on_reset(self, mask: torch.Tensor) -> None:
         self._x_before = torch.where(mask, self.sim.field("qpos")[:, 0], self._x_before)
@@ -268,9 +275,7 @@ class HumanoidEnv(MujocoVecEnv):
             validate=validate,
         )
         self.max_episode_steps = int(max_episode_steps)
-        b = float(xy_bound)
-        cells = max(2, round(2 * b))
-        self.features = FeatureSpec(("x", "y"), (-b, -b), (b, b), (cells, cells))
+        self.features = _xy_box(xy_bound)
         self._init_feature_bounds()
         mass = torch.as_tensor(mj_model.body_mass, dtype=self.sim.dtype, device=self.device)
         self._mass = mass / mass.sum()
