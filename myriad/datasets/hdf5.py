@@ -126,15 +126,7 @@ class D4RLWriter:
         Raises:
             DatasetWriteError: the write failed; the rows appended before are intact.
         """
-        start = self.rows
-        try:
-            self.file.append(rows)
-        except OSError as exc:
-            raise DatasetWriteError(
-                f"writing {len(rows['observations'])} rows to {self.tmp} failed ({exc}); the "
-                f"{start} rows written before are intact. Free disk space and resume the run "
-                "from its last checkpoint."
-            ) from exc
+        self.file.append(rows)
 
     def close(self, complete: bool = True) -> Path:
         """Close; when ``complete``, write the finished file and remove the staged rows.

@@ -132,14 +132,7 @@ class MinariWriter:
         Raises:
             DatasetWriteError: the write failed; the rows appended before are intact.
         """
-        start = self.rows
-        try:
-            self.segments.append(rows)
-        except OSError as exc:
-            raise DatasetWriteError(
-                f"writing {len(rows['observations'])} rows to {self.tmp} failed ({exc}); the "
-                f"{start} rows written before are intact."
-            ) from exc
+        self.segments.append(rows)
 
     def close(self, complete: bool = True) -> Path:
         """Close; when ``complete``, build the Minari dataset and publish it under its id.

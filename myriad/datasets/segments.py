@@ -23,7 +23,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from myriad.datasets.schema import ROW_KEYS, DatasetSpec, Rows
+from myriad.datasets.schema import ROW_KEYS, DatasetSpec, DatasetWriteError, Rows
 
 _HEADER = "header.json"
 
@@ -150,14 +150,23 @@ class RowSegments:
         """Stage a batch; returns its row count.
 
         Raises:
-            OSError: the write failed; earlier segments are intact.
+            DatasetWriteError: the write failed (a full disk); earlier segments are intact and
+                the same batch can be appended again once there is space.
         """
         if not self.open:
             raise ValueError(f"the dataset in {self.folder} is closed")
         rows, n = conform(rows, self.spec)
         if n:
             index = len(self._segments)
-            self._segments.append((self._write(index, rows), n))
+            try:
+                segment = self._write(index, rows)
+            except OSError as exc:
+                raise DatasetWriteError(
+                    f"writing {n} rows to {self.folder} failed ({exc}); the {self.rows} rows "
+                    "written before are intact. Free disk space and append again (a training "
+                    "run: resume it from its last checkpoint)."
+                ) from exc
+            self._segments.append((segment, n))
         return n
 
     def truncate(self, rows: int) -> None:
