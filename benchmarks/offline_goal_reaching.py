@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from myriad.datasets import D4RLWriter, EpisodeAssembler, TransitionData, load, relabel
+from myriad.datasets.schema import row_fields
 from myriad.entropy import coverage
 from myriad.envs import make
 from myriad.envs.layout import Layout
@@ -108,16 +109,7 @@ def random_dataset(path: Path, rows: int, seed: int, num_envs: int = 256) -> Pat
     asm = EpisodeAssembler(
         num_envs,
         env.max_episode_steps,
-        {
-            "observations": ((env.obs_dim,), np.float32),
-            "next_observations": ((env.obs_dim,), np.float32),
-            "actions": ((env.action_dim,), np.float32),
-            "rewards": ((), np.float32),
-            "terminals": ((), np.bool_),
-            "timeouts": ((), np.bool_),
-            "member": ((), np.int32),
-            "features": ((env.features.dim,), np.float32),
-        },
+        row_fields(env.obs_dim, env.action_dim, env.features.dim),
     )
     obs = env.reset(seed=seed)
     steps = math.ceil(rows / num_envs) + env.max_episode_steps

@@ -15,7 +15,7 @@ from myriad.datasets import (
     relabel,
 )
 from myriad.datasets.relabel import relabel_stream
-from myriad.datasets.schema import concat_rows
+from myriad.datasets.schema import concat_rows, row_fields
 from myriad.entropy import coverage
 from myriad.envs import make
 from myriad.utils.optional import available
@@ -97,16 +97,7 @@ def nav_rollout(task: str, goal: tuple[float, float], steps: int = 90, num_envs:
     """Rows of random actions in ``nav-maze`` with ``task``, and the env's own rewards."""
     env = make("nav-maze", num_envs, "cpu", task=task, goal=goal, **NAV_OPTIONS)
     gen = torch.Generator().manual_seed(0)
-    fields = {
-        "observations": ((4,), np.float32),
-        "next_observations": ((4,), np.float32),
-        "actions": ((2,), np.float32),
-        "rewards": ((), np.float32),
-        "terminals": ((), np.bool_),
-        "timeouts": ((), np.bool_),
-        "member": ((), np.int32),
-        "features": ((2,), np.float32),
-    }
+    fields = row_fields(4, 2, 2)
     asm = EpisodeAssembler(num_envs, env.max_episode_steps, fields)
     obs = env.reset(seed=0)
     parts = []

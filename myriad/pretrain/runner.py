@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from myriad.datasets import D4RLWriter, EpisodeAssembler
+from myriad.datasets.schema import row_fields
 from myriad.entropy import cell_index, coverage
 from myriad.envs import make, make_from_config
 from myriad.envs.base import TensorVecEnv, VecEnv
@@ -184,20 +185,10 @@ class PretrainRunner(RunnerBase):
             },
             resume_rows=resume_rows,
         )
-        p = env.features.dim
         self.assembler = EpisodeAssembler(
             env.num_envs,
             env.max_episode_steps,
-            {
-                "observations": ((env.obs_dim,), np.float32),
-                "next_observations": ((env.obs_dim,), np.float32),
-                "actions": ((env.action_dim,), np.float32),
-                "rewards": ((), np.float32),
-                "terminals": ((), np.bool_),
-                "timeouts": ((), np.bool_),
-                "member": ((), np.int32),
-                "features": ((p,), np.float32),
-            },
+            row_fields(env.obs_dim, env.action_dim, env.features.dim),
         )
 
     def _write_dataset(self) -> None:
@@ -374,8 +365,7 @@ class PretrainRunner(RunnerBase):
             coverage=result.get("eval_coverage_per_member"),
             union_coverage=result.get("eval_coverage_union"),
             title=(
-                f"{cfg['env']['name']}: {self.num_members} members, "
-                f"beta={cfg['objective']['beta']}"
+                f"{cfg['env']['name']}: {self.num_members} members, beta={cfg['objective']['beta']}"
             ),
         )
         entropy_curves(
