@@ -21,7 +21,7 @@ from myriad.finetune.cpo import CPO, CPOConfig
 from myriad.finetune.pbt import PBT, PBTConfig
 from myriad.finetune.sapg import SAPG, SAPGConfig
 from myriad.nn.population import PopulationActorCritic
-from myriad.rl.ppo import PPO, PPOConfig
+from myriad.rl.ppo import PPO, ppo_config
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import make_generator
 
@@ -37,17 +37,6 @@ def check_algorithm(name: str) -> str:
     if name not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
     return name
-
-
-def ppo_config(cfg: Mapping[str, Any]) -> PPOConfig:
-    """:class:`PPOConfig` from the ``ppo`` block; ``desired_kl: null`` means a fixed rate."""
-    p = dict(cfg["ppo"])
-    desired_kl = p.pop("desired_kl", None)
-    p.setdefault("schedule", "adaptive" if desired_kl else "fixed")
-    try:
-        return PPOConfig(**p, desired_kl=float(desired_kl) if desired_kl else 0.01)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"ppo: {exc}") from exc
 
 
 def _settings(name: str, cls: type, algo: Mapping[str, Any]) -> Any:

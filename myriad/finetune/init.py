@@ -33,7 +33,7 @@ import torch
 from myriad.envs import make
 from myriad.envs.base import VecEnv
 from myriad.finetune.evaluation import evaluate_members
-from myriad.nn.population import PopulationActorCritic
+from myriad.nn.population import PopulationActorCritic, build_population
 from myriad.utils.checkpoint import load_checkpoint, resolve_checkpoint
 from myriad.utils.config import ConfigError
 
@@ -44,23 +44,6 @@ CRITIC_CHOICES = ("fresh", "pretrained")
 
 class InitError(ConfigError):
     """A pretrained population cannot start this finetuning run; the message lists why."""
-
-
-def build_population(
-    population: Mapping[str, Any], obs_dim: int, action_dim: int
-) -> PopulationActorCritic:
-    """The population described by a ``population`` config group (as in pretraining)."""
-    return PopulationActorCritic(
-        obs_dim,
-        action_dim,
-        num_members=int(population["size"]),
-        parameterization=str(population["kind"]),
-        actor_hidden=tuple(population["hidden"]),
-        critic_hidden=tuple(population["hidden"]),
-        activation=str(population["activation"]),
-        init_log_std=float(population["init_log_std"]),
-        normalize_obs=bool(population["obs_norm"]),
-    )
 
 
 @dataclass

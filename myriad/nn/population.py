@@ -30,7 +30,7 @@ from __future__ import annotations
 import abc
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, NamedTuple
 
@@ -677,3 +677,20 @@ class PopulationActorCritic(nn.Module):
         new.to(self.log_std.device)
         new.load_members(self, indices)
         return new
+
+
+def build_population(
+    population: Mapping[str, Any], obs_dim: int, action_dim: int
+) -> PopulationActorCritic:
+    """The population described by a ``population`` config group (pretraining and finetuning)."""
+    return PopulationActorCritic(
+        obs_dim,
+        action_dim,
+        num_members=int(population["size"]),
+        parameterization=str(population["kind"]),
+        actor_hidden=tuple(population["hidden"]),
+        critic_hidden=tuple(population["hidden"]),
+        activation=str(population["activation"]),
+        init_log_std=float(population["init_log_std"]),
+        normalize_obs=bool(population["obs_norm"]),
+    )

@@ -253,13 +253,14 @@ class ImportanceWeightedObjective:
             log_ratio = time_major(log_prob, t) - old_log_prob
             log_weights = env_major(cumulative_log_ratio(log_ratio, start))
             objective, kl = self._objective(log_weights, measurement)
-            if float(kl.detach()) > self.kl_threshold:
+            kl_now = float(kl.detach())
+            if kl_now > self.kl_threshold:
                 with torch.no_grad():
                     for p, a in zip(self.params, accepted):
                         p.copy_(a)
                 break
             accepted = [p.detach().clone() for p in self.params]
-            kl_value, objective_value, steps = float(kl.detach()), float(objective.detach()), step
+            kl_value, objective_value, steps = kl_now, float(objective.detach()), step
             if step == self.inner_steps:
                 break
             self.optimizer.zero_grad(set_to_none=True)

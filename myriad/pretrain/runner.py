@@ -19,15 +19,14 @@ import torch
 
 from myriad.datasets import D4RLWriter, EpisodeAssembler
 from myriad.datasets.schema import row_fields
-from myriad.entropy import cell_index, coverage
+from myriad.entropy import Coverage, cell_index, coverage
 from myriad.envs import make, make_from_config
-from myriad.envs.base import TensorVecEnv, VecEnv
-from myriad.nn.distributions import pairwise_gaussian_kl
-from myriad.nn.population import PopulationActorCritic
+from myriad.envs.base import TensorVecEnv
+from myriad.nn.population import build_population
 from myriad.pretrain.objectives import EntropyMeasurement, build_objective
 from myriad.pretrain.plots import coverage_map, entropy_curves
 from myriad.rl.collector import RolloutCollector
-from myriad.rl.ppo import PPO, PPOConfig
+from myriad.rl.ppo import PPO, ppo_config
 from myriad.rl.runner import RunnerBase
 from myriad.utils.config import PretrainConfigError
 from myriad.utils.seeding import make_generator, seed_everything
@@ -55,34 +54,6 @@ def check_population(num_envs: int, size: int, num_steps: int, k: int) -> None:
             f"{per_member} per rollout (num_envs / population.size * num_steps); lower "
             f"objective.k or raise num_envs / num_steps"
         )
-
-
-def build_model(cfg: Mapping[str, Any], env: VecEnv) -> PopulationActorCritic:
-    pop = cfg["population"]
-    return PopulationActorCritic(
-        env.obs_dim,
-        env.action_dim,
-        num_members=int(pop["size"]),
-        parameterization=str(pop["kind"]),
-        actor_hidden=tuple(pop["hidden"]),
-        critic_hidden=tuple(pop["hidden"]),
-        activation=str(pop["activation"]),
-        init_log_std=float(pop["init_log_std"]),
-        normalize_obs=bool(pop["obs_norm"]),
-    ).to(env.device)
-
-
-def build_ppo(cfg: Mapping[str, Any], model: PopulationActorCritic) -> PPO:
-    p = dict(cfg["ppo"])
-    desired_kl = p.pop("desired_kl", None)
-    return PPO(
-        model,
-        PPOConfig(
-            **p,
-            desired_kl=float(desired_kl) if desired_kl else 0.01,
-            schedule="adaptive" if desired_kl else "fixed",
-        ),
-    )
 
 
 class PretrainRunner(RunnerBase):
@@ -121,8 +92,10 @@ class PretrainRunner(RunnerBase):
         self.env = make_from_config(
             cfg["env"], int(cfg["num_envs"]), cfg["device"], cfg.get("distributed")
         )
-        self.model = build_model(cfg, self.env)
-        self.algorithm = build_ppo(cfg, self.model)
+        self.model = build_population(cfg["population"], self.env.obs_dim, self.env.action_dim).to(
+            self.env.device
+        )
+        self.algorithm = PPO(self.model, ppo_config(cfg))
         self.collector = RolloutCollector(
             self.env,
             self.model,
@@ -256,15 +229,11 @@ class PretrainRunner(RunnerBase):
         scalars.update(self.collector.episodes.summary())
         return scalars
 
-    def _coverage(self, features: torch.Tensor) -> dict[str, float]:
-        """Coverage of this rollout per member and union, and of everything visited so far."""
+    def _coverage_of(self, flat: torch.Tensor, member: torch.Tensor) -> Coverage:
+        """Coverage of states ``flat [N, p]`` visited by ``member [N]`` on the features' grid."""
         spec = self.env.features
-        if not spec.cells:
-            return {}
-        flat = features.reshape(-1, spec.dim)
-        member = self.member.expand(features.shape[0], -1).reshape(-1)
         low, high = spec.bounds(flat.device)
-        cov = coverage(
+        return coverage(
             flat,
             low,
             high,
@@ -273,12 +242,22 @@ class PretrainRunner(RunnerBase):
             num_groups=self.num_members,
             reachable=self._reachable,
         )
+
+    def _coverage(self, features: torch.Tensor) -> dict[str, float]:
+        """Coverage of this rollout per member and union, and of everything visited so far."""
+        spec = self.env.features
+        if not spec.cells:
+            return {}
+        flat = features.reshape(-1, spec.dim)
+        member = self.member.expand(features.shape[0], -1).reshape(-1)
+        cov = self._coverage_of(flat, member)
+        low, high = spec.bounds(flat.device)
         cell, inside = cell_index(flat, low, high, spec.cells)
         self.visited[member[inside], cell[inside]] = True
         union_visited = self.visited.any(dim=0)
         if self._reachable is not None:
             reach = self._reachable.reshape(-1)
-            cumulative = float((union_visited & reach).sum()) / float(reach.sum())
+            cumulative = float((union_visited & reach).sum()) / cov.reachable_cells
         else:
             cumulative = float(union_visited.float().mean())
         out = {f"coverage/member_{i}": float(c) for i, c in enumerate(cov.per_group.tolist())}
@@ -294,8 +273,7 @@ class PretrainRunner(RunnerBase):
             return {}
         obs = self.storage.obs.reshape(-1, self.env.obs_dim)
         idx = torch.linspace(0, len(obs) - 1, min(max_states, len(obs)), device=obs.device).long()
-        means = self.model.member_action_means(obs[idx])
-        kl = pairwise_gaussian_kl(means, self.model.member_log_std().unsqueeze(1))
+        kl = self.model.pairwise_kl(obs[idx])
         m = self.num_members
         off = kl[~torch.eye(m, dtype=torch.bool, device=kl.device)]
         return {
@@ -341,16 +319,7 @@ class PretrainRunner(RunnerBase):
         flat = features.reshape(-1, spec.dim)
         result: dict[str, Any] = {}
         if spec.cells:
-            low, high = spec.bounds(flat.device)
-            cov = coverage(
-                flat,
-                low,
-                high,
-                spec.cells,
-                member.reshape(-1),
-                num_groups=self.num_members,
-                reachable=self._reachable,
-            )
+            cov = self._coverage_of(flat, member.reshape(-1))
             result["eval_coverage_union"] = float(cov.union)
             result["eval_coverage_per_member"] = [float(c) for c in cov.per_group.tolist()]
         measurement = self.measure.evaluate(features)

@@ -9,7 +9,7 @@ toward a leader) or overrides ``advantages`` / ``loss`` and calls ``super()``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from myriad.rl.losses import (
     normalize_advantages,
 )
 from myriad.rl.storage import Batch, RolloutStorage
+from myriad.utils.config import ConfigError
 
 SCHEDULES = ("adaptive", "fixed")
 ADVANTAGE_NORMALIZATIONS = ("member", "batch", "none")
@@ -320,3 +321,14 @@ class PPO:
         self.set_entropy_coef(state["entropy_coef"])
         if self.generator is not None and "generator" in state:
             self.generator.set_state(state["generator"])
+
+
+def ppo_config(cfg: Mapping[str, Any]) -> PPOConfig:
+    """:class:`PPOConfig` from the ``ppo`` block; ``desired_kl: null`` means a fixed rate."""
+    p = dict(cfg["ppo"])
+    desired_kl = p.pop("desired_kl", None)
+    p.setdefault("schedule", "adaptive" if desired_kl else "fixed")
+    try:
+        return PPOConfig(**p, desired_kl=float(desired_kl) if desired_kl else 0.01)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"ppo: {exc}") from exc

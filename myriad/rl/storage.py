@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from myriad.nn.population import is_blocked
 from myriad.rl.gae import compute_gae
 
 
@@ -99,7 +98,6 @@ class RolloutStorage:
             )
         self.member_counts = counts.tolist()
         self.equal_counts = len(set(self.member_counts)) == 1
-        self.env_blocked = is_blocked(self.member, self.num_members)
         self.obs_dim, self.action_dim, self.feature_dim = obs_dim, action_dim, feature_dim
         self.dtype = dtype
 
