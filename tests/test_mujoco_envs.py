@@ -76,6 +76,38 @@ def test_nan_state_is_reset_and_counted(tmp_path, monkeypatch, workers: int):
     env.close()
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_divergence_in_the_first_step_after_a_reset_is_flagged(tmp_path, monkeypatch, workers):
+    # Simulation time restarts at 0 on reset, so a divergence that MuJoCo repairs by resetting
+    # the data itself is only visible through its warning counters.
+    monkeypatch.chdir(tmp_path)
+    env = make("mujoco-ant", 2, model="fast", num_workers=workers)
+    env.reset(seed=0)
+    env.sim.corrupt(0)
+    _, rew, term, _, info = env.step(torch.zeros(2, env.action_dim))
+    assert info["unstable"].tolist() == [True, False]
+    assert bool(term[0]) and float(rew[0]) == 0.0 and int(info["unstable_total"]) == 1
+    _, _, _, _, info = env.step(torch.zeros(2, env.action_dim))
+    assert not info["unstable"].any() and int(info["unstable_total"]) == 1
+    env.close()
+
+
+def test_unstable_step_after_an_auto_reset_reports_the_new_episode_features(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = make("mujoco-ant", 2, model="fast", num_workers=0, max_episode_steps=1)
+    env.reset(seed=0)
+    zeros = torch.zeros(2, env.action_dim)
+    _, _, _, trunc, info = env.step(zeros)  # both episodes end and auto-reset
+    assert trunc.all()
+    new_episode = env._task_features().float()
+    assert not torch.equal(new_episode, info["features"])  # reset moved the torso
+    env.sim.corrupt(0)
+    _, _, _, _, info = env.step(zeros)
+    assert bool(info["unstable"][0])
+    torch.testing.assert_close(info["features"][0], new_episode[0])
+    env.close()
+
+
 def test_cpu_worker_count_does_not_change_results():
     runs = []
     for workers in (0, 2):

@@ -79,6 +79,13 @@ class PhysicsBackend(abc.ABC):
     def time(self) -> torch.Tensor:
         """Simulation time of every env, ``[E]``."""
 
+    def diverged(self) -> torch.Tensor:
+        """``[E]`` bool: the engine met a non-finite state during the last :meth:`step` and
+        recovered on its own (CPU MuJoCo resets such data and steps on), so the state looks
+        finite but is not the one the actions led to. Engines that leave NaN in the state (Warp)
+        need no flag: the caller's finiteness check sees them."""
+        return torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+
     @abc.abstractmethod
     def step(self, ctrl: torch.Tensor) -> None:
         """Apply ``ctrl [E, nu]`` for ``frame_skip`` physics steps."""
@@ -90,6 +97,13 @@ class PhysicsBackend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release threads and device memory."""
+
+
+_DIVERGENCE_WARNINGS = (
+    mujoco.mjtWarning.mjWARN_BADQPOS,
+    mujoco.mjtWarning.mjWARN_BADQVEL,
+    mujoco.mjtWarning.mjWARN_BADQACC,
+)
 
 
 class _Block:
@@ -126,6 +140,13 @@ class _Block:
         for src, dst in self.copies[k]:
             dst[...] = src
         self.arrays["time"][self.lo + k] = self.datas[k].time
+        # MuJoCo counts the bad states it reset by itself; the counts are cleared once read.
+        warnings = self.datas[k].warning
+        bad = sum(warnings[w].number for w in _DIVERGENCE_WARNINGS)
+        self.arrays["diverged"][self.lo + k] = float(bad > 0)
+        if bad:
+            for w in _DIVERGENCE_WARNINGS:
+                warnings[w].number = 0
 
     def step(self) -> None:
         m, n, post = self.model, self.frame_skip, self.post_constraint
@@ -209,6 +230,7 @@ class CpuBackend(PhysicsBackend):
         shapes = {name: (E, *_FIELD_SHAPES[name](model)) for name in self.fields}
         shapes.update(
             time=(E,),
+            diverged=(E,),
             ctrl=(E, model.nu),
             reset_mask=(E,),
             reset_qpos=(E, model.nq),
@@ -222,7 +244,9 @@ class CpuBackend(PhysicsBackend):
         else:
             self._block = None
             self._arrays = self._start_workers(shapes)
-        self._tensors = {k: torch.from_numpy(self._arrays[k]) for k in (*self.fields, "time")}
+        self._tensors = {
+            k: torch.from_numpy(self._arrays[k]) for k in (*self.fields, "time", "diverged")
+        }
         self._refresh()
         self._finalizer = weakref.finalize(self, _shutdown, self._conns, self._procs)
 
@@ -279,6 +303,9 @@ class CpuBackend(PhysicsBackend):
 
     def time(self) -> torch.Tensor:
         return self._views["time"]
+
+    def diverged(self) -> torch.Tensor:
+        return self._views["diverged"] > 0
 
     def step(self, ctrl: torch.Tensor) -> None:
         self._arrays["ctrl"][...] = ctrl.detach().to("cpu", torch.float64).numpy()

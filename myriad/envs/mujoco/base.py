@@ -8,8 +8,8 @@ A task subclass implements, all as batched tensor code over the backend's fields
 - ``_task_obs() -> [E, O]`` and ``_task_features() -> [E, p]`` of the current state.
 - optionally ``_on_reset(mask [E])`` to reset task state (previous positions, targets).
 
-Unstable simulation: after every step, envs whose ``qpos``/``qvel`` are not finite, or whose
-simulation time went backwards (CPU MuJoCo resets diverging data itself, with a warning), are
+Unstable simulation: after every step, envs whose ``qpos``/``qvel`` are not finite, or that
+the engine reset by itself (CPU MuJoCo resets diverging data and counts a warning), are
 marked in ``info["unstable"]``, terminated with zero reward and reset; their ``final_obs`` and
 ``features`` are those of the last finite state, so NaN never reaches the policy.
 ``info["unstable_total"]`` counts such events since the env was built.
@@ -149,15 +149,17 @@ class MujocoVecEnv(TensorVecEnv):
         self.sim.reset_envs(mask, qpos, qvel)
         self._on_reset(mask)
         self._unstable &= ~mask
+        if self._last_features is not None:
+            # The fallback features of a reset env are those of its new episode's first state.
+            fresh = self._task_features().float()
+            self._last_features = torch.where(mask.view(-1, 1), fresh, self._last_features)
 
     def _advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ctrl = self._ctrl_low + (actions.to(self.sim.dtype) + 1.0) * self._ctrl_scale
-        time_before = self.sim.time().clone()
         self.sim.step(ctrl)
         qpos, qvel = self.sim.field("qpos"), self.sim.field("qvel")
         finite = torch.isfinite(qpos).all(dim=1) & torch.isfinite(qvel).all(dim=1)
-        went_back = self.sim.time() < time_before + 0.5 * self.dt
-        unstable = ~finite | went_back
+        unstable = ~finite | self.sim.diverged()
         self._unstable = unstable
         self.unstable_total += unstable.sum()
         reward, terminated = self._task_step(actions, ctrl)
