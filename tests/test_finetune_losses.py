@@ -228,6 +228,28 @@ def test_sapg_prepare_writes_leader_td_targets():
     torch.testing.assert_close(algo.entropy_coef, torch.tensor([0.0, 0.005]))
 
 
+def test_cpo_prepare_writes_the_leaders_log_probs_of_every_action():
+    model = tiny_model()
+    algo = CPO(model, PPOConfig(), cpo=CPOConfig(awac=False, adversarial=False))
+    storage = _storage([0, 1, 1, 0])
+    algo.prepare(storage)
+    obs, actions = storage.flat("obs"), storage.flat("actions")
+    with torch.no_grad():
+        expected = model.evaluate(obs, 0, actions).log_prob
+        own = model.evaluate(obs, storage.member.repeat(storage.num_steps), actions).log_prob
+    torch.testing.assert_close(storage.flat("leader_log_prob"), expected)
+    assert not torch.allclose(expected, own)  # the followers' rows really use the leader
+
+
+def test_log_prob_is_evaluate_without_the_critic():
+    model = tiny_model()
+    obs, actions = torch.randn(6, 3), torch.randn(6, 1)
+    member = torch.tensor([0, 1, 1, 0, 1, 0])
+    torch.testing.assert_close(
+        model.log_prob(obs, member, actions), model.evaluate(obs, member, actions).log_prob
+    )
+
+
 def test_cpo_kl_penalty_on_minibatch_advantages():
     model = tiny_model()
     algo = CPO(

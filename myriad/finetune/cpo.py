@@ -196,7 +196,7 @@ class CPO(SAPG):
     def _leader_log_probs(self, storage: RolloutStorage) -> None:
         """The leader's log-density of every behaviour action, before this update."""
         obs, actions = storage.flat("obs"), storage.flat("actions")
-        log_prob = self.model.evaluate(obs, self.leader, actions).log_prob
+        log_prob = self.model.log_prob(obs, self.leader, actions)
         ensure_field(storage, "leader_log_prob").view(-1).copy_(log_prob)
 
     @torch.no_grad()

@@ -143,21 +143,24 @@ class LeaderOffPolicyTerm:
         rows = follower_rows(batch, self.leader, per_follower)
         cfg = algorithm.config
         behaviour = rows.take(batch.log_probs)
-        leader_eval = algorithm.model.evaluate(
-            rows.take(batch.obs), self.leader, rows.take(batch.actions)
+        model = algorithm.model
+        obs, actions = rows.take(batch.obs), rows.take(batch.actions)
+        # The leader's critic is only needed when it is fitted here.
+        leader_eval = model.evaluate(obs, self.leader, actions) if self.fit_value else None
+        log_prob = (
+            leader_eval.log_prob
+            if leader_eval is not None
+            else model.log_prob(obs, self.leader, actions)
         )
         advantages = rows.take(batch.extras["leader_td_advantage"])
         if self.normalize_advantages:
             advantages = normalize(advantages, rows.weight)
         surrogate = rows.mean(
-            dual_clipped_surrogate(
-                leader_eval.log_prob, behaviour, advantages, cfg.clip, self.dual_clip
-            )
+            dual_clipped_surrogate(log_prob, behaviour, advantages, cfg.clip, self.dual_clip)
         )
         loss = surrogate
         stats: dict[str, torch.Tensor] = {}
-        if self.fit_value:
-            model = algorithm.model
+        if leader_eval is not None:
             target = rows.take(batch.extras["leader_td_target"])
             value_loss = rows.mean(
                 (critic_scale(model, leader_eval.value) - critic_scale(model, target)).square()
@@ -165,7 +168,7 @@ class LeaderOffPolicyTerm:
             loss = loss + cfg.value_coef * value_loss
             stats["off_policy_value_loss"] = value_loss.detach()
         with torch.no_grad():
-            log_w = leader_eval.log_prob - behaviour
+            log_w = log_prob - behaviour
             stats["off_policy_loss"] = surrogate.detach()
             stats["leader_ess"] = effective_sample_size(log_w, rows.weight)
             outside = ((log_w.exp() - 1.0).abs() > cfg.clip).to(log_w.dtype)

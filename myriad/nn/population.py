@@ -521,6 +521,13 @@ class PopulationActorCritic(nn.Module):
         """The Gaussian of each row's member: ``(mean [N, A], log_std [N, A])``."""
         return self._policy(self._normalize_obs(obs), member, blocked)
 
+    def log_prob(
+        self, obs: torch.Tensor, member: Member, actions: torch.Tensor, blocked: bool = False
+    ) -> torch.Tensor:
+        """Log-probabilities of ``actions [N, A]`` under each row's member, ``[N]`` (the actor
+        alone, differentiable: :meth:`evaluate` without the critic)."""
+        return gaussian_log_prob(actions, *self.action_params(obs, member, blocked))
+
     def value(self, obs: torch.Tensor, member: Member, blocked: bool = False) -> torch.Tensor:
         """Each row's member's value estimate in return units, ``[N]``."""
         return self._value(self._normalize_obs(obs), member, blocked)
