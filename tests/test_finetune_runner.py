@@ -79,7 +79,10 @@ def test_run_folder_and_diagnostics(tmp_path, algo):
     r.close()
     folder = tmp_path / "run"
     written = json.loads((folder / "summary.json").read_text())
-    assert written["algo"] == algo and written["final_eval"]["eval/leader_success"] >= 0.0
+    assert written["algo"] == algo
+    # eval.final_episodes=2: the success rate is one of 0, 1/2, 1 and the summary repeats it.
+    assert written["final_eval"] == summary["final_eval"]
+    assert written["final_eval"]["eval/leader_success"] in (0.0, 0.5, 1.0)
     assert (folder / "config.yaml").is_file()
     assert (folder / "checkpoints" / "iter_000002.pt").is_file()
     assert list(folder.glob("events.out.tfevents.*"))
@@ -89,8 +92,9 @@ def test_run_folder_and_diagnostics(tmp_path, algo):
         assert (folder / "plots" / "finetune_overview.png").is_file()
         assert 0.0 < scalars["train/leader_ess"] <= 1.0
         for i in (1, 2, 3):
-            assert scalars[f"kl_to_leader/on_leader_states/member_{i}"] >= 0.0
-            assert scalars[f"kl_to_leader/on_own_states/member_{i}"] >= 0.0
+            # Members start from different weights, so no follower equals the leader.
+            assert scalars[f"kl_to_leader/on_leader_states/member_{i}"] > 0.0
+            assert scalars[f"kl_to_leader/on_own_states/member_{i}"] > 0.0
         assert torch.allclose(r.diagnostics.last_matrix.diagonal(), torch.zeros(4))
     assert "episode/success" in scalars
 

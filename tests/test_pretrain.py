@@ -111,8 +111,12 @@ def test_resume_is_exact(tmp_path):
         assert torch.equal(value, b["state"]["model"][key]), key
     da = read_d4rl(tmp_path / "straight" / "dataset" / "transitions.hdf5")
     db = read_d4rl(tmp_path / "split" / "dataset" / "transitions.hdf5")
-    for key in ("observations", "actions", "rewards", "terminals", "timeouts"):
-        np.testing.assert_array_equal(da[key], db[key])
+    columns = {k: v for k, v in da.items() if k != "metadata"}
+    columns.update({f"infos/{k}": v for k, v in columns.pop("infos").items()})
+    assert {"next_observations", "infos/member"} <= set(columns) and len(da["observations"]) > 0
+    for key, value in columns.items():  # every column, infos and next observations included
+        other = db["infos"][key[6:]] if key.startswith("infos/") else db[key]
+        np.testing.assert_array_equal(value, other, err_msg=key)
 
 
 def test_resume_with_another_config_lists_differences(tmp_path):
@@ -171,3 +175,44 @@ def test_pretraining_runs_on_ray_workers_through_config(tmp_path):
         ray.shutdown()
     assert summary["env_steps"] == 2 * 16 * 64
     assert len(read_d4rl(summary["dataset"])["observations"]) == 2 * 16 * 64
+
+
+def test_entropy_measurement_against_brute_force_per_member():
+    """Collective / individual entropies and the reward of a rollout ``[T, E, p]`` whose two
+    members (env blocks 0-3 and 4-7) explore differently, against brute-force neighbours found
+    by member directly from the env index."""
+    from myriad.entropy.estimators import kl_entropy_from_distances
+    from myriad.pretrain.objectives import EntropyMeasurement
+
+    t, e, p, k, members = 16, 8, 2, 3, 2
+    gen = torch.Generator().manual_seed(0)
+    features = torch.randn(t, e, p, generator=gen, dtype=torch.float64)
+    features[:, 4:] = 3.0 * features[:, 4:] + torch.tensor([20.0, -5.0], dtype=torch.float64)
+    m = EntropyMeasurement(k, members, p)(features.float())
+
+    std = features.reshape(-1, p).std(dim=0, unbiased=False)
+    scaled = features / std
+    torch.testing.assert_close(m.log_scale, float(torch.log(std).sum()), rtol=1e-4, atol=1e-4)
+
+    def kth(points: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+        d = (queries[:, None, :] - points[None, :, :]).norm(dim=-1)  # exact: self is 0
+        d[d == 0] = float("inf")  # the query itself (no duplicates in continuous data)
+        return d.sort(dim=1).values[:, k - 1]
+
+    pooled = scaled.reshape(-1, p)
+    blocks = [scaled[:, :4].reshape(-1, p), scaled[:, 4:].reshape(-1, p)]
+    log_scale = float(torch.log(std).sum())
+    h_coll = float(kl_entropy_from_distances(kth(pooled, pooled), p, k)) + log_scale
+    h_ind = [float(kl_entropy_from_distances(kth(b, b), p, k)) + log_scale for b in blocks]
+    assert float(m.collective) == pytest.approx(h_coll, abs=1e-3)
+    assert m.individual.tolist() == pytest.approx(h_ind, abs=1e-3)
+    assert h_ind[1] > h_ind[0] + 2.0  # member 1's cloud is 3x wider: the layout matters
+
+    beta, c = 0.5, 1.0
+    reward = m.reward(beta, c)  # [T, E]
+    assert reward.shape == (t, e)
+    for env in (0, 5):
+        block = blocks[env // 4]
+        q = scaled[:, env]  # [T, p]
+        expected = beta * torch.log(c + kth(pooled, q)) + (1 - beta) * torch.log(c + kth(block, q))
+        torch.testing.assert_close(reward[:, env].double(), expected, rtol=1e-4, atol=1e-4)

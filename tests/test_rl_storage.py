@@ -128,7 +128,7 @@ def test_collector_bootstraps_truncations_and_tracks_episodes():
     assert collector.episodes.summary()["episode/count"] == 0.0
 
 
-def test_collect_and_update_run_without_host_syncs(monkeypatch):
+def test_collect_runs_without_host_syncs_and_feeds_an_update(monkeypatch):
     torch.manual_seed(0)
     env = DriftEnv(8)
     model = PopulationActorCritic(2, 1, 4, "independent", actor_hidden=(8,), critic_hidden=(8,))
