@@ -64,3 +64,36 @@ def test_register_new_env_and_refuse_duplicates():
     assert env.name == "test-corridor" and env.max_episode_steps == 10
     with pytest.raises(ValueError, match="already registered"):
         register("test-corridor", PointNavEnv)
+
+
+def _doc_rows(doc: str, columns: int) -> dict[str, list[str]]:
+    """``name -> cells`` of the docs table rows that start with an env name in backticks."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / doc).read_text()
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\| `([a-z0-9-]+)` \|(.*)\|\s*$", line)
+        if m and m.group(1) in names():
+            cells = [c.strip() for c in m.group(2).split("|")]
+            if len(cells) == columns and m.group(1) not in rows:
+                rows[m.group(1)] = cells
+    return rows
+
+
+def test_documented_spaces_and_time_limits_match_the_envs():
+    """The env tables of docs/mujoco.md (obs, act) and docs/envs.md (time limit) are what the
+    registered envs build."""
+    mujoco_rows = _doc_rows("mujoco.md", 4)  # description | obs | act | features
+    nav_rows = _doc_rows("envs.md", 2)  # description | time limit
+    assert {"mujoco-ant", "mujoco-antmaze-u", "mujoco-humanoid"} <= set(mujoco_rows)
+    assert {"nav-maze", "nav-empty", "nav-four-rooms"} <= set(nav_rows)
+    for name, cells in mujoco_rows.items():
+        env = make(name, 1)
+        try:
+            assert (env.obs_dim, env.action_dim) == (int(cells[1]), int(cells[2])), name
+        finally:
+            env.close()
+    for name, cells in nav_rows.items():
+        assert make(name, 1).max_episode_steps == int(cells[1]), name

@@ -39,9 +39,6 @@ from myriad.utils.optional import require
 if TYPE_CHECKING:
     from myriad.envs.gymnasium import VecEnvToGymnasium
 
-# Keys of ``info`` that every VecEnv provides; built explicitly for a shard whose step was lost.
-CONTRACT_INFO = ("final_obs", "features", "done", "episode_return", "episode_length")
-
 
 class WorkerError(RuntimeError):
     """A remote worker could not do what was asked (lost for good, or too slow)."""

@@ -10,6 +10,7 @@ Humanoid's from the mass centre of ``xipos``), so rewards compare with published
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 import torch
@@ -120,10 +121,9 @@ class AntEnv(MujocoVecEnv):
         return self.sim.field("cfrc_ext").clamp(-1.0, 1.0)
 
     def _healthy(self) -> torch.Tensor:
-        qpos, qvel = self.sim.field("qpos"), self.sim.field("qvel")
-        finite = torch.isfinite(qpos).all(dim=1) & torch.isfinite(qvel).all(dim=1)
-        z = qpos[:, 2]
-        return finite & (z >= self.healthy_z[0]) & (z <= self.healthy_z[1])
+        # Gymnasium's "state is finite" term: the step's instability flag already holds it.
+        z = self.sim.field("qpos")[:, 2]
+        return ~self._unstable & (z >= self.healthy_z[0]) & (z <= self.healthy_z[1])
 
     def _task_step(
         self, actions: torch.Tensor, ctrl: torch.Tensor
@@ -398,24 +398,27 @@ class AntMazeEnv(AntEnv):
             reachable=self.layout.free_grid(self.sub),
         )
 
-    @property
+    @functools.cached_property
     def goal_xy(self) -> torch.Tensor:
-        """Goal position ``[2]``."""
+        """Goal position ``[2]`` (built once: it is read several times per step)."""
         return torch.as_tensor(self._goal_xy_host, dtype=self.sim.dtype, device=self.device)
+
+    @functools.cached_property
+    def _start(self) -> torch.Tensor:
+        return torch.as_tensor(self._start_xy, dtype=self.sim.dtype, device=self.device)
 
     def _sample_reset(self) -> tuple[torch.Tensor, torch.Tensor]:
         qpos, qvel = super()._sample_reset()
         noise = 0.25 * self.layout.scale
-        xy = torch.as_tensor(self._start_xy, dtype=self.sim.dtype, device=self.device)
-        qpos[:, :2] = xy + self.uniform((self.num_envs, 2), -noise, noise)
+        qpos[:, :2] = self._start + self.uniform((self.num_envs, 2), -noise, noise)
         return qpos, qvel
 
     def _task_step(
         self, actions: torch.Tensor, ctrl: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         xy = self.sim.field("qpos")[:, :2]
-        reached = (xy - self.goal_xy).norm(dim=1) <= self.goal_radius
-        return reached.to(self.sim.dtype), reached
+        self._reached = (xy - self.goal_xy).norm(dim=1) <= self.goal_radius
+        return self._reached.to(self.sim.dtype), self._reached
 
     def _task_obs(self) -> torch.Tensor:
         qpos, qvel = self.sim.field("qpos"), self.sim.field("qvel")
@@ -424,6 +427,5 @@ class AntMazeEnv(AntEnv):
 
     def _extra_info(self, done: torch.Tensor) -> dict:
         info = super()._extra_info(done)
-        xy = self.sim.field("qpos")[:, :2]
-        info["success"] = (xy - self.goal_xy).norm(dim=1) <= self.goal_radius
+        info["success"] = self._reached.clone()  # this step's goal test, before any reset
         return info
