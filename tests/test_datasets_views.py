@@ -14,6 +14,7 @@ from myriad.datasets import (
     qlearning_dataset,
     relabel,
 )
+from myriad.datasets.data import reward_note
 from myriad.datasets.relabel import relabel_stream
 from myriad.datasets.schema import concat_rows, row_fields
 from myriad.entropy import coverage
@@ -143,6 +144,9 @@ def test_relabelled_rewards_match_the_env(task):
     # Episodes must still be delimited: the env's terminal rows become timeouts.
     stripped.timeouts = data.timeouts | data.terminals
     got = relabel(stripped, task, goal)
+    # The same note as load(task=...) and export(task=...) write.
+    assert got.metadata["reward"] == reward_note(task, goal)
+    assert got.metadata["reward"].endswith("relabelled from next states")
     np.testing.assert_array_equal(got.terminals, data.terminals)
     np.testing.assert_allclose(got.rewards, data.rewards, rtol=0, atol=1e-6)
     # Streaming in small chunks (episodes cut across chunks) gives the same labels.

@@ -140,11 +140,12 @@ def load(
         reader.close()
     data = TransitionData.from_rows(rows, spec)
     if task is not None:
-        data.metadata = {**data.metadata, "reward": _reward_note(task, goal)}
+        data.metadata = {**data.metadata, "reward": reward_note(task, goal)}
     return data.to_torch(device) if framework == "torch" else data
 
 
-def _reward_note(task: str, goal: tuple[float, float] | None) -> str:
+def reward_note(task: str, goal: tuple[float, float] | None) -> str:
+    """The ``metadata["reward"]`` of a dataset whose rewards were relabelled with a task."""
     where = f"goal {tuple(goal)}" if goal is not None else "the env's goal"
     return f"task reward '{task}' for {where}, relabelled from next states"
 

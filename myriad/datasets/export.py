@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from myriad.datasets.data import _filtered, _reward_note
+from myriad.datasets.data import _filtered, reward_note
 from myriad.datasets.formats import FORMATS, open_reader, open_writer
 from myriad.datasets.schema import CHUNK_ROWS, DatasetSpec
 
@@ -99,7 +99,7 @@ def export(
         if members is not None:
             extra["members"] = sorted(set(members))
         if task is not None:
-            extra["reward"] = _reward_note(task, goal)
+            extra["reward"] = reward_note(task, goal)
         out_spec = DatasetSpec(
             spec.obs_dim, spec.action_dim, spec.feature_names, {**spec.metadata, **extra}
         )

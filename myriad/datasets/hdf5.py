@@ -37,6 +37,7 @@ from myriad.datasets.schema import (
     Rows,
     decode_metadata,
     metadata_attr,
+    partial_path,
 )
 from myriad.datasets.segments import RowSegments, check_free_space
 
@@ -51,11 +52,6 @@ __all__ = [
     "partial_path",
     "read_d4rl",
 ]
-
-
-def partial_path(path: str | os.PathLike[str]) -> Path:
-    """Where an unfinished dataset's rows live: ``<path>.partial``."""
-    return Path(str(path) + ".partial")
 
 
 def _columns(rows: Rows, feature_names: tuple[str, ...]) -> dict[str, np.ndarray]:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from myriad.datasets.data import TransitionData
+from myriad.datasets.data import TransitionData, reward_note
 from myriad.datasets.schema import DatasetSpec, Rows, concat_rows, take_rows
 
 TASKS = ("sparse", "dense")
@@ -164,10 +164,9 @@ def relabel(
     """
     spec = data.spec
     rows = _relabel_rows(data.rows(), spec, NavGoalReward.for_spec(spec, task, goal))
-    where = f"goal {tuple(goal)}" if goal is not None else "the env's goal"
     return replace(
         data,
         rewards=rows["rewards"],
         terminals=rows["terminals"],
-        metadata={**data.metadata, "reward": f"task reward '{task}' for {where}"},
+        metadata={**data.metadata, "reward": reward_note(task, goal)},
     )

@@ -157,6 +157,11 @@ def decode_metadata(attrs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def partial_path(path: str | os.PathLike[str]) -> Path:
+    """Where an unfinished dataset's rows live: ``<path>.partial``."""
+    return Path(str(path) + ".partial")
+
+
 def disk_size(path: str | os.PathLike[str]) -> int:
     """Bytes on disk of a file or of every file under a folder."""
     path = Path(path)

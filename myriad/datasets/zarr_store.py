@@ -35,14 +35,11 @@ from myriad.datasets.schema import (
     IncompleteDatasetError,
     Rows,
     episode_ends,
+    partial_path,
 )
 from myriad.datasets.segments import conform
 
 LAYOUT = "myriad-replay-buffer"
-
-
-def _partial(path: Path) -> Path:
-    return Path(str(path) + ".partial")
 
 
 def _compressors() -> tuple[BloscCodec, ...]:
@@ -66,7 +63,7 @@ class ZarrWriter:
         self, path: str | os.PathLike[str], spec: DatasetSpec, chunk_rows: int = CHUNK_ROWS
     ) -> None:
         self.path = Path(path)
-        self.tmp = _partial(self.path)
+        self.tmp = partial_path(self.path)
         self.spec = spec
         if self.path.exists():
             raise FileExistsError(f"{self.path} exists; remove it or choose another --out")
@@ -179,9 +176,9 @@ class ZarrReader:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        if not self.path.exists() and _partial(self.path).exists():
+        if not self.path.exists() and partial_path(self.path).exists():
             raise IncompleteDatasetError(
-                f"{self.path} was not completed: only {_partial(self.path)} exists"
+                f"{self.path} was not completed: only {partial_path(self.path)} exists"
             )
         self.root = zarr.open_group(self.path, mode="r")
         attrs = self.root.attrs.asdict()

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from myriad.envs import make
+from myriad.envs import make_from_config
 from myriad.envs.base import VecEnv
 from myriad.finetune.evaluation import evaluate_members
 from myriad.nn.population import PopulationActorCritic, build_population
@@ -106,7 +106,7 @@ def load_pretrained(source: str | Path, device: torch.device | str = "cpu") -> P
             f"env and population"
         )
     env_cfg = dict(config["env"])
-    env = make(env_cfg["name"], 1, "cpu", **dict(env_cfg.get("options") or {}))
+    env = make_from_config(env_cfg, 1, "cpu")
     try:
         model = build_population(config["population"], env.obs_dim, env.action_dim)
     finally:
@@ -139,8 +139,8 @@ def init_config(cfg: dict[str, Any], source: str | Path, overrides: Sequence[str
             f"{', '.join(fixed)} (population.size may be set)"
         )
     pre = load_pretrained(source)
-    pretrained_env = make(pre.env["name"], 1, "cpu", **dict(pre.env.get("options") or {}))
-    env = make(cfg["env"]["name"], 1, "cpu", **dict(cfg["env"].get("options") or {}))
+    pretrained_env = make_from_config(pre.env, 1, "cpu")
+    env = make_from_config(cfg["env"], 1, "cpu")
     try:
         diff = space_differences(pretrained_env, env)
     finally:
