@@ -151,3 +151,14 @@ def test_resume_errors_and_progress_bar_off_the_terminal(tmp_path):
     assert bar._progress is None
     bar.advance(1.0)
     bar.close()
+
+
+def test_run_to_completion_trains_finishes_and_closes(tmp_path):
+    from myriad.rl.runner import run_to_completion
+
+    runner = build(tmp_path / "run")
+    closed = []
+    runner.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    summary = run_to_completion(runner, 2)
+    assert summary["iterations"] == 2 and closed == [True]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["iterations"] == 2

@@ -167,6 +167,12 @@ class RunnerBase(abc.ABC):
     def write_summary(self) -> Path:
         return self.logger.write_summary(self.run_dir / "summary.json", **self.summary())
 
+    def finish(self) -> dict[str, Any]:
+        """End of training: write ``summary.json`` and return the summary. Runners with final
+        evaluations or plots override it."""
+        self.write_summary()
+        return self.summary()
+
     # ---------------------------------------------------------------- the loop
 
     def learn(self, num_iterations: int) -> dict[str, float]:
