@@ -50,12 +50,16 @@ def to_numpy(value: torch.Tensor) -> np.ndarray:
     return value.detach().cpu().numpy()
 
 
+def _per_env(value: Any, num_envs: int) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == num_envs
+
+
 def split_info(info: dict[str, Any], num_envs: int) -> tuple[dict[str, np.ndarray], dict]:
     """Split a step's ``info`` into per-env arrays (leading dim ``n``) and everything else."""
     arrays: dict[str, np.ndarray] = {}
     other: dict[str, Any] = {}
     for key, value in info.items():
-        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == num_envs:
+        if _per_env(value, num_envs):
             arrays[key] = to_numpy(value)
         else:
             other[key] = value.cpu() if isinstance(value, torch.Tensor) else value
@@ -210,7 +214,7 @@ class EnvWorker:
             raise RuntimeError(f"shard {self.shard}: rollout before set_policy")
         obs_l, act_l, logp_l, rew_l, term_l, trunc_l = [], [], [], [], [], []
         params_l: dict[str, list[torch.Tensor]] = {}
-        info_l: dict[str, list[np.ndarray]] = {}
+        info_l: dict[str, list[torch.Tensor]] = {}
         for _ in range(int(horizon)):
             obs = self._obs
             params = as_dist_params(self.policy.action_params(obs, self.member))
@@ -227,8 +231,11 @@ class EnvWorker:
             rew_l.append(reward)
             term_l.append(terminated)
             trunc_l.append(truncated)
-            for key, value in split_info(info, self.num_envs)[0].items():
-                info_l.setdefault(key, []).append(value)
+            # Kept on the env's device (a copy: envs may reuse their info buffers) and brought
+            # to the host once, with the other arrays, after the last step.
+            for key, value in info.items():
+                if _per_env(value, self.num_envs):
+                    info_l.setdefault(key, []).append(value.clone())
             self._obs = next_obs
         self.rollouts += 1
 
@@ -243,7 +250,7 @@ class EnvWorker:
             "reward": stack(rew_l),
             "terminated": stack(term_l),
             "truncated": stack(trunc_l),
-            "info": {k: np.stack(v) for k, v in info_l.items()},
+            "info": {k: stack(v) for k, v in info_l.items()},
             "next_obs": to_numpy(self._obs),
             "next_features": to_numpy(self.env.current_features()),
             "version": self.version,
