@@ -77,6 +77,17 @@ def test_member_major_minibatches(member):
     assert not torch.equal(torch.cat(seen), storage._member_major_index.reshape(-1))
 
 
+def test_rollout_only_fields_stay_out_of_minibatches():
+    storage = RolloutStorage(3, torch.tensor([0, 0, 1, 1]), obs_dim=2, action_dim=1)
+    per_row = storage.register_field("weight")
+    storage.register_field("next_obs", (2,), in_batch=False)
+    per_row.copy_(torch.arange(12.0).view(3, 4))
+    batch = storage.batch(torch.tensor([1, 6, 11]))
+    assert set(batch.extras) == {"weight"}
+    torch.testing.assert_close(batch.extras["weight"], torch.tensor([1.0, 6.0, 11.0]))
+    assert storage.flat("next_obs").shape == (12, 2)  # still there for whole-rollout reads
+
+
 def test_plain_shuffle_and_unequal_members():
     storage = RolloutStorage(3, torch.tensor([0, 0, 0, 1]), obs_dim=1, action_dim=1)
     fill(storage)

@@ -165,8 +165,9 @@ class RolloutCollector:
             **options,
         )
         if self.store_transitions:
-            storage.register_field("next_obs", (self.env.obs_dim,))
-            storage.register_field("state_features", (feature_dim,))
+            # Read from the whole rollout (one-step targets, the dataset), never per minibatch.
+            storage.register_field("next_obs", (self.env.obs_dim,), in_batch=False)
+            storage.register_field("state_features", (feature_dim,), in_batch=False)
         return storage
 
     def reset(self, seed: int | None = None) -> torch.Tensor:

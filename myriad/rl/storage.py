@@ -118,6 +118,7 @@ class RolloutStorage:
         self.means = self._zeros(action_dim) if store_action_params else None
         self.log_stds = self._zeros(action_dim) if store_action_params else None
         self.extras: dict[str, torch.Tensor] = {}
+        self._rollout_only: set[str] = set()
         self.step = 0
         self._member_major_index = self._build_member_major_index() if self.equal_counts else None
 
@@ -133,12 +134,20 @@ class RolloutStorage:
         return (steps.view(1, -1, 1) + envs.unsqueeze(1)).reshape(self.num_members, -1)
 
     def register_field(
-        self, name: str, trailing_shape: tuple[int, ...] = (), dtype: torch.dtype | None = None
+        self,
+        name: str,
+        trailing_shape: tuple[int, ...] = (),
+        dtype: torch.dtype | None = None,
+        in_batch: bool = True,
     ) -> torch.Tensor:
         """Add a named ``[T, E, *trailing_shape]`` buffer, filled through ``add(**{name: x})``
-        or written directly, and carried into every :class:`Batch` as ``extras[name]``."""
+        or written directly, and carried into every :class:`Batch` as ``extras[name]``;
+        ``in_batch=False`` keeps it out of the minibatches (read from the whole rollout only,
+        so the update does not gather it for every minibatch)."""
         if name in self.extras:
             raise ValueError(f"field {name!r} is already registered")
+        if not in_batch:
+            self._rollout_only.add(name)
         buf = torch.zeros(
             self.num_steps,
             self.num_envs,
@@ -258,7 +267,7 @@ class RolloutStorage:
             means=take(self.means),
             log_stds=take(self.log_stds),
             features=take(self.features),
-            extras={k: take(v) for k, v in self.extras.items()},
+            extras={k: take(v) for k, v in self.extras.items() if k not in self._rollout_only},
         )
 
     def minibatches(
