@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from myriad.bench.common import write_json
 from myriad.finetune.api import resolve_config
 from myriad.finetune.runner import FinetuneRunner
 from myriad.utils.checkpoint import library_versions
@@ -371,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             result["settings"]["threshold"] = args.threshold
         result["aggregate"] = aggregate(result["runs"], args.reps)
         result["claims"] = claims(result["aggregate"])
-        path.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(path, result)
         figure(path.with_suffix(".png"), result["runs"], result["aggregate"], min(args.reps, 500))
         print(json.dumps(result["claims"], indent=2))
         return 0
@@ -437,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "total_wall_s": time.perf_counter() - start,
     }
-    out_path.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out_path, result)
     figure(out_path.with_suffix(".png"), runs, agg, min(args.reps, 500))
     print(json.dumps({"claims": result["claims"], "throughput": speed}, indent=2))
     print(f"wrote {out_path} and {out_path.with_suffix('.png')} ({result['total_wall_s']:.0f} s)")

@@ -9,12 +9,12 @@ source. Writes ``benchmarks/results/offline_export.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+from myriad.bench.common import write_json
 from myriad.datasets import dataset_info, export, load, validate
 from myriad.datasets.formats import open_reader
 from myriad.datasets.schema import disk_size
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         f"validate {timings['validate_s']:.1f} s for {rows:,} rows"
     )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     return 0
 
 

@@ -27,7 +27,6 @@ Writes ``benchmarks/results/offline_goal_reaching.json`` and ``.png``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from myriad.bench.common import write_json
 from myriad.datasets import D4RLWriter, EpisodeAssembler, TransitionData, load, relabel
 from myriad.datasets.schema import row_fields
 from myriad.entropy import coverage
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    write_json(out.with_suffix(".json"), result)
     plot(result, out.with_suffix(".png"))
     print(f"\n{'dataset':8s}  success (mean, 95% CI over {args.seeds} seeds)  coverage")
     for name, s in summary.items():

@@ -16,7 +16,6 @@ are always run in full (their build cost does not scale with the queries).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 import torch
 
+from myriad.bench.common import write_json
 from myriad.entropy.estimators import kl_entropy_from_distances
 from myriad.entropy.knn import (
     KNNSearch,
@@ -334,11 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``myriad bench knn``; returns the process exit status."""
     args = _parser().parse_args(argv)
     record = run(args)
-    out: Path = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(out)
+    out = write_json(args.out, record)
     _table(record)
     print(f"wrote {out}")
     return 0
