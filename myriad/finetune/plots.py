@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -59,6 +60,19 @@ def _series(history: Mapping[str, Sequence[tuple[int, float]]], key: str, per_st
     return [s * per_step for s, _ in points], [v for _, v in points]
 
 
+def _lines(
+    ax: Any,
+    history: Mapping[str, Sequence[tuple[int, float]]],
+    steps_per_iteration: int,
+    *curves: tuple[str, str],
+) -> None:
+    """Plot each logged ``(key, label)`` against env steps; keys never logged are skipped."""
+    for key, label in curves:
+        x, y = _series(history, key, steps_per_iteration)
+        if x:
+            ax.plot(x, y, label=label, linewidth=1.2)
+
+
 def overview(
     path: str | Path,
     history: Mapping[str, Sequence[tuple[int, float]]],
@@ -71,14 +85,14 @@ def overview(
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
     ax = axes[0, 0]
-    for key, label in (
+    _lines(
+        ax,
+        history,
+        steps_per_iteration,
         ("eval/leader_success", "leader, deterministic eval"),
         ("episode/success/leader", "leader, training episodes"),
         ("episode/success", "all members, training episodes"),
-    ):
-        x, y = _series(history, key, steps_per_iteration)
-        if x:
-            ax.plot(x, y, label=label, linewidth=1.2)
+    )
     ax.set_title("success rate", fontsize=9)
     ax.set_ylim(-0.02, 1.02)
     _legend(ax, fontsize=7)
@@ -95,26 +109,26 @@ def overview(
     _legend(ax, fontsize=6, ncol=2)
 
     ax = axes[1, 0]
-    for key, label in (
+    _lines(
+        ax,
+        history,
+        steps_per_iteration,
         ("kl_to_leader/on_leader_states_mean", "on the leader's states"),
         ("kl_to_leader/on_own_states_mean", "on the followers' own states"),
         ("diversity/pairwise_kl_mean", "pairwise mean, all members"),
-    ):
-        x, y = _series(history, key, steps_per_iteration)
-        if x:
-            ax.plot(x, y, label=label, linewidth=1.2)
+    )
     ax.set_yscale("symlog", linthresh=1e-2)
     ax.set_title("KL(follower || leader)", fontsize=9)
     _legend(ax, fontsize=7)
 
     ax = axes[1, 1]
-    for key, label in (
+    _lines(
+        ax,
+        history,
+        steps_per_iteration,
         ("train/leader_ess", "leader's off-policy ESS"),
         ("train/disc_accuracy", "discriminator accuracy"),
-    ):
-        x, y = _series(history, key, steps_per_iteration)
-        if x:
-            ax.plot(x, y, label=label, linewidth=1.2)
+    )
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("ESS / n and discriminator accuracy", fontsize=9)
     _legend(ax, fontsize=7)
