@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,6 +10,8 @@ from myriad.entropy import knn as knn_mod
 from myriad.entropy.knn import (
     KNNSearch,
     Neighbors,
+    feature_codes,
+    feature_levels,
     knn,
     knn_grouped,
     select_backend,
@@ -112,6 +115,77 @@ def test_self_excluded_by_index_with_duplicates(backend: str, gen: torch.Generat
     copies = torch.stack([(own[:, 0] + 200) % 600, (own[:, 0] + 400) % 600], dim=1)
     assert torch.equal(nb.indices[:, :2].sort(dim=1).values, copies.sort(dim=1).values)
     assert torch.all(nb.distances[:, 2:] > 0)
+
+
+def test_feature_levels_reach_the_lloyd_max_quantiser() -> None:
+    # Max (1960): the MSE-optimal 16-level quantiser of a standard normal has distortion 0.009497
+    # and outermost levels +-2.733.
+    x = torch.randn(200_000, 1, generator=torch.Generator().manual_seed(5))
+    levels = feature_levels(x)[0]
+    assert torch.all(levels.diff() > 0)
+    mse = (x - levels[None, :]).square().min(dim=1).values.mean()
+    assert abs(float(mse) - 0.009497) < 0.0003
+    assert abs(float(levels[-1]) - 2.733) < 0.03 and abs(float(levels[0]) + 2.733) < 0.03
+
+
+def test_feature_levels_no_worse_than_faiss_kmeans(gen: torch.Generator) -> None:
+    faiss = pytest.importorskip("faiss")
+    # Skewed, heavy-tailed and discrete features, one k-means per feature in faiss.
+    x = torch.stack(
+        [
+            torch.randn(4096, generator=gen).exp(),
+            torch.distributions.StudentT(2.0).sample((4096,)),
+            torch.randint(0, 5, (4096,), generator=gen).float(),
+        ],
+        dim=1,
+    )
+    levels = feature_levels(x)
+    for j in range(x.shape[1]):
+        col = x[:, j : j + 1].contiguous()
+        ours = (col - levels[j][None, :]).square().min(dim=1).values.mean()
+        km = faiss.Kmeans(1, 16, niter=50, seed=0)
+        km.train(col.numpy())
+        theirs = (col - torch.from_numpy(km.centroids).T).square().min(dim=1).values.mean()
+        assert float(ours) <= float(theirs) * 1.01 + 1e-9
+
+
+def test_feature_levels_constant_feature(gen: torch.Generator) -> None:
+    x = torch.cat([torch.full((500, 1), 3.0), torch.randn(500, 1, generator=gen)], dim=1)
+    levels = feature_levels(x)
+    assert torch.isfinite(levels).all()
+    assert torch.all(levels[0] == 3.0)
+    assert torch.all(feature_codes_unpacked(x, levels)[:, 0] == 0)
+
+
+def feature_codes_unpacked(x: torch.Tensor, levels: torch.Tensor) -> torch.Tensor:
+    packed = torch.from_numpy(feature_codes(x, levels))
+    codes = torch.stack([packed & 15, packed >> 4], dim=2).flatten(1)
+    return codes[:, : x.shape[1]]
+
+
+@pytest.mark.parametrize("dim", [1, 6, 29])
+def test_feature_codes_match_faiss_encoder(dim: int, gen: torch.Generator) -> None:
+    faiss = pytest.importorskip("faiss")
+    x = torch.randn(3000, dim, generator=gen)
+    levels = feature_levels(x[:1000])
+    pq = faiss.ProductQuantizer(dim, dim, 4)
+    faiss.copy_array_to_vector(levels.numpy().ravel(), pq.centroids)
+    assert np.array_equal(feature_codes(x, levels), pq.compute_codes(x.numpy()))
+    # Each code names the nearest level.
+    nearest = (x[:, :, None] - levels[None]).abs().argmin(dim=2)
+    assert torch.equal(feature_codes_unpacked(x, levels), nearest.to(torch.uint8))
+
+
+@pytest.mark.parametrize("dim", [7, 130])
+def test_faiss_pq_one_and_two_features_per_subquantizer(dim: int, gen: torch.Generator) -> None:
+    # p <= 128: myriad's own levels and codes; p > 128: faiss trains pairs of features.
+    x = torch.randn(1500, dim, generator=gen)
+    dist, idx = brute_force(x, 5)
+    nb = KNNSearch(backend="faiss-pq", pq_k_factor=32)(x, 5)
+    recall = (nb.indices[:, :, None] == idx[:, None, :]).any(dim=1).float().mean()
+    assert recall >= 0.99
+    true = (x[nb.indices] - x[:, None, :]).norm(dim=-1)
+    torch.testing.assert_close(nb.distances, true, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", EXACT)

@@ -17,9 +17,11 @@ Backends (``backend=``):
 ``"faiss-pq"``
     approximate, CPU: every query scans *all* points through a 4-bit-per-feature product
     quantisation code (faiss fast scan, SIMD table lookups), and the ``pq_k_factor * (k + 1)``
-    best candidates are re-ranked with exact distances. About 3x less work than exact brute
-    force, recall >= 0.995 from p = 8 up on Gaussian data (docs/entropy.md); poor in 2-D, where
-    the kd-tree is used anyway.
+    best candidates are re-ranked with exact distances. Up to 128 features, the 16 levels of
+    each feature are a 1-D k-means fitted here (:func:`feature_levels`) and the codes found by
+    bisection (:func:`feature_codes`); faiss packs and scans them. About 3x less work than exact
+    brute force, recall >= 0.995 from p = 8 up on Gaussian data (docs/entropy.md); poor in 2-D,
+    where the kd-tree is used anyway.
 ``"faiss-ivf"``
     approximate, CPU: an inverted file (``IndexIVFFlat``) that scans the ``nprobe`` lists nearest
     to each query. Trades a measured recall loss for speed in high dimension.
@@ -58,7 +60,7 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
 # Auto-selection thresholds, from measurements on a 2-core CPU with Gaussian data at 65,536
 # points, k = 10 (docs/entropy.md, `myriad bench knn`):
-# the kd-tree is the fastest backend up to this dimension (1.2 CPU-s at p = 6, faiss-pq 1.9)...
+# the kd-tree is the fastest backend up to this dimension (1.2 CPU-s at p = 6, faiss-pq 1.8)...
 KDTREE_MAX_DIM = 6
 # ...and still beats exact brute force up to this one (6.9 CPU-s at p = 8, faiss flat 9.4).
 KDTREE_EXACT_MAX_DIM = 8
@@ -358,6 +360,73 @@ def pq_subquantizers(dim: int) -> tuple[int, int]:
     return m, 2 * m
 
 
+#: Points the ``"faiss-pq"`` quantisation levels are fitted on (128 per level).
+PQ_TRAIN_POINTS = 2048
+#: Lloyd iterations at most when fitting them (they usually settle in 20-40).
+PQ_LLOYD_MAX_ITERS = 100
+
+
+def feature_levels(
+    points: torch.Tensor, levels: int = 16, max_iters: int = PQ_LLOYD_MAX_ITERS
+) -> torch.Tensor:
+    """Per-feature 1-D k-means (Lloyd-Max) quantisation levels, for all features at once.
+
+    Each feature's levels minimise the mean squared error of rounding that feature to its nearest
+    level. On sorted samples the nearest level splits the samples at level midpoints, so one
+    Lloyd step is a ``searchsorted`` and two prefix-sum lookups for every feature together.
+    Starts from the quantiles at ``(j + 1/2) / levels`` and stops when no level moves.
+
+    Args:
+        points: samples ``[n, p]``.
+        levels: levels per feature.
+        max_iters: Lloyd iterations at most.
+
+    Returns:
+        ``[p, levels]`` float32 levels (non-decreasing along each row).
+    """
+    xs = points.detach().to("cpu", torch.float64).sort(dim=0).values.T.contiguous()  # [p, n]
+    p, n = xs.shape
+    prefix = torch.cat([xs.new_zeros(p, 1), xs.cumsum(dim=1)], dim=1)  # [p, n + 1]
+    start = ((torch.arange(levels, dtype=torch.float64) + 0.5) * n / levels).long()
+    centres = xs[:, start.clamp_max(n - 1)]
+    first = torch.zeros(p, 1, dtype=torch.long)
+    last = torch.full((p, 1), n, dtype=torch.long)
+    for _ in range(max_iters):
+        cuts = torch.searchsorted(xs, (centres[:, 1:] + centres[:, :-1]) / 2)  # [p, levels - 1]
+        edges = torch.cat([first, cuts, last], dim=1)
+        count = edges.diff(dim=1)
+        total = prefix.gather(1, edges[:, 1:]) - prefix.gather(1, edges[:, :-1])
+        # An empty level (a constant or a very discrete feature) keeps its value.
+        moved = torch.where(count > 0, total / count.clamp_min(1), centres)
+        if torch.equal(moved, centres):
+            break
+        centres = moved
+    # Sorted, so that codes can be found by bisection even if an empty level fell out of order.
+    return centres.sort(dim=1).values.to(torch.float32)
+
+
+def feature_codes(x: torch.Tensor, levels: torch.Tensor) -> np.ndarray:
+    """faiss ``IndexPQ`` codes of ``x [n, p]`` for one 4-bit sub-quantizer per feature.
+
+    The code of a value is the index of its nearest level (the lower one on a tie, as in faiss),
+    i.e. the number of level midpoints below it. faiss packs two 4-bit codes per byte, the first
+    feature in the low nibble.
+
+    Args:
+        x: points ``[n, p]``.
+        levels: ``[p, 16]`` non-decreasing levels per feature (:func:`feature_levels`).
+
+    Returns:
+        ``[n, ceil(p / 2)]`` uint8 codes.
+    """
+    n, p = x.shape
+    midpoints = (levels[:, 1:] + levels[:, :-1]) / 2  # [p, 15]
+    codes = torch.searchsorted(midpoints, x.T.contiguous()).T.to(torch.uint8)
+    if p % 2:
+        codes = torch.cat([codes, codes.new_zeros(n, 1)], dim=1)
+    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous().numpy()
+
+
 def _faiss_pq_search(
     q: torch.Tensor, r: torch.Tensor, kk: int, params: _ApproxParams
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -367,6 +436,8 @@ def _faiss_pq_search(
     table lookups, keeps ``k_factor * kk`` candidates and re-ranks them with exact float32
     distances (``IndexRefineFlat``). Errors only arise when a true neighbour's quantised distance
     ranks below ``k_factor * kk`` others.
+
+    Returns squared distances ``[Nq, kk]`` and indices ``[Nq, kk]`` (-1 where fewer were found).
     """
     import faiss
 
@@ -374,20 +445,30 @@ def _faiss_pq_search(
     rn = qn if q is r else _as_numpy32(r)
     n, p = rn.shape
     m, padded = pq_subquantizers(p)
-    if padded != p:
-        rn = np.pad(rn, ((0, 0), (0, padded - p)))
-        qn = rn if q is r else np.pad(qn, ((0, 0), (0, padded - p)))
-    index = faiss.IndexRefineFlat(faiss.IndexPQFastScan(padded, m, 4))
-    # 16 levels per sub-quantizer train well on a subsample: 2,048 points (128 per level) give
-    # the recall of 16,384 (0.999 in 29-D) at a tenth of the training time. faiss's 25 k-means
-    # iterations are kept: 10 would cost recall (0.999 -> 0.998).
-    n_train = min(n, 2048)
+    n_train = min(n, PQ_TRAIN_POINTS)
+    train_rows = np.arange(n)
     if n_train < n:
-        rng = np.random.default_rng(params.seed)
-        index.train(rn[np.sort(rng.choice(n, n_train, replace=False))])
+        train_rows = np.sort(np.random.default_rng(params.seed).choice(n, n_train, replace=False))
+    if m == p:
+        # One feature per sub-quantizer: its optimal levels are a 1-D k-means, fitted here for
+        # every feature at once (~10 ms). faiss's trainer runs p separate k-means of 25
+        # iterations, each a parallel region: 0.18 s of a 1.5 s search on two cores with
+        # OMP_WAIT_POLICY=PASSIVE. Encoding is one searchsorted (faiss's per-value distance
+        # calls cost ~0.07 s at 65,536 x 29); faiss packs the codes into its fast-scan layout.
+        rt = torch.from_numpy(rn)
+        levels = feature_levels(rt[torch.from_numpy(train_rows)])
+        flat_pq = faiss.IndexPQ(p, m, 4)
+        faiss.copy_array_to_vector(levels.numpy().ravel(), flat_pq.pq.centroids)
+        flat_pq.is_trained = True
+        flat_pq.add_sa_codes(feature_codes(rt, levels))
+        index = faiss.IndexRefineFlat(faiss.IndexPQFastScan(flat_pq), faiss.swig_ptr(rn))
     else:
-        index.train(rn)
-    index.add(rn)
+        if padded != p:
+            rn = np.ascontiguousarray(np.pad(rn, ((0, 0), (0, padded - p))))
+            qn = rn if q is r else np.pad(qn, ((0, 0), (0, padded - p)))
+        index = faiss.IndexRefineFlat(faiss.IndexPQFastScan(padded, m, 4))
+        index.train(rn[train_rows])
+        index.add(rn)
     index.k_factor = float(params.pq_k_factor)
     d2, idx = index.search(qn, kk)
     return torch.from_numpy(d2), torch.from_numpy(idx)
