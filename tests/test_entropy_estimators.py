@@ -142,6 +142,18 @@ def test_duplicates_give_finite_entropy() -> None:
         kl_entropy_from_distances(r, 3, 10, min_distance=0.0)
 
 
+def test_batched_distances_give_one_estimate_per_row() -> None:
+    r = torch.rand(5, 300, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 0.1
+    batched = kl_entropy_from_distances(r, 4, 7)
+    assert batched.shape == (5,)
+    rows = torch.stack([kl_entropy_from_distances(row, 4, 7) for row in r])
+    torch.testing.assert_close(batched, rows, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"\[N\] \(or \[B, N\]\)"):
+        kl_entropy_from_distances(torch.ones(2, 3, 4), 4, 7)
+    with pytest.raises(ValueError, match="non-empty"):
+        kl_entropy_from_distances(torch.ones(3, 0), 4, 7)
+
+
 # ----------------------------------------------------------------------------- population
 
 

@@ -70,21 +70,24 @@ def kl_entropy_from_distances(
 
     Args:
         kth_distance: ``[N]`` Euclidean distance of each point to its k-th nearest neighbour
-            (itself excluded).
+            (itself excluded); or ``[B, N]`` for ``B`` sets of ``N`` points each (e.g. the
+            equal blocks of a population, one estimate per member in one call).
         dim: feature dimension p.
         k: the neighbour rank the distances belong to.
         n: size of the set the neighbours were searched in (default ``N``).
         min_distance: floor on distances before the log (duplicate-point guard).
 
     Returns:
-        Scalar tensor (float64) ``log N - psi(k) + log c_p + p mean(log R_k)``.
+        float64 ``log N - psi(k) + log c_p + p mean(log R_k)``: a scalar for ``[N]``, ``[B]``
+        for ``[B, N]``.
     """
-    if kth_distance.dim() != 1 or kth_distance.numel() == 0:
+    if kth_distance.dim() not in (1, 2) or kth_distance.shape[-1] == 0:
         raise ValueError(
-            f"kth_distance must be a non-empty [N] tensor, got {tuple(kth_distance.shape)}"
+            "kth_distance must be a non-empty [N] (or [B, N]) tensor, "
+            f"got {tuple(kth_distance.shape)}"
         )
-    n = kth_distance.numel() if n is None else n
-    mean_log_r = _safe_log(kth_distance.to(torch.float64), min_distance).mean()
+    n = kth_distance.shape[-1] if n is None else n
+    mean_log_r = _safe_log(kth_distance.to(torch.float64), min_distance).mean(dim=-1)
     return math.log(n) - _digamma(k) + log_unit_ball_volume(dim) + dim * mean_log_r
 
 

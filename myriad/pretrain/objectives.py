@@ -128,9 +128,7 @@ class EntropyMeasurement:
         floor = self.min_distance
         collective = kl_entropy_from_distances(pooled.distances[:, k - 1], p, k, min_distance=floor)
         per_member = grouped.distances[:, k - 1].reshape(m, n // m)
-        individual = torch.stack(
-            [kl_entropy_from_distances(r, p, k, min_distance=floor) for r in per_member.unbind(0)]
-        )
+        individual = kl_entropy_from_distances(per_member, p, k, min_distance=floor)
         return Measurement(
             scaled,
             pooled,
