@@ -138,7 +138,9 @@ def test_presets_load_and_unknown_keys_are_named():
     local, cluster = load_config("local"), load_config("cluster")
     assert local.ray.address is None and not local.ray.include_dashboard
     assert cluster.ray.address == "auto"
-    assert load_config({"mode": "central", "workers": {"num_workers": 4}}).workers.num_workers == 4
+    assert load_config({"workers": {"num_workers": 4}}).workers.num_workers == 4
+    with pytest.raises(ValueError, match="APSCollector"):
+        load_config({"mode": "worker"})
     with pytest.raises(ValueError, match="num_worker"):
         load_config({"workers": {"num_worker": 4}})
     with pytest.raises(FileNotFoundError, match="presets"):

@@ -18,8 +18,6 @@ import yaml
 
 from myriad.utils.optional import require
 
-MODES = ("central", "worker")
-
 
 @dataclass
 class RayConfig:
@@ -91,29 +89,29 @@ class APSConfig:
 class DistributedConfig:
     """Everything :class:`myriad.distributed.RemoteVecEnv` and the APS collector need.
 
-    Attributes:
-        mode: ``"central"`` (workers only step; the learner computes actions) or ``"worker"``
-            (workers hold a policy copy and return batches; weights are synchronised by APS).
+    The inference mode is chosen by the API, not by a key: ``RemoteVecEnv.step`` is central
+    inference (workers only step, the learner computes the actions; what ``myriad pretrain`` and
+    ``myriad finetune`` use), and :class:`myriad.distributed.APSCollector` on top of it is
+    worker-side inference (workers hold a policy copy, APS synchronises the weights).
     """
 
-    mode: str = "worker"
     ray: RayConfig = field(default_factory=RayConfig)
     workers: WorkerConfig = field(default_factory=WorkerConfig)
     aps: APSConfig = field(default_factory=APSConfig)
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"distributed.mode must be one of {MODES}, got {self.mode!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DistributedConfig:
         """Build from nested mappings; unknown keys are errors that name the accepted ones."""
         data = dict(data)
         sections = {"ray": RayConfig, "workers": WorkerConfig, "aps": APSConfig}
-        _check_keys("distributed", data, ["mode", *sections])
-        kwargs: dict[str, Any] = {}
         if "mode" in data:
-            kwargs["mode"] = data["mode"]
+            raise ValueError(
+                "distributed.mode is not a setting: myriad pretrain / finetune always run central "
+                "inference (the learner computes the actions), and worker-side inference with APS "
+                "is the APSCollector API (docs/distributed.md); remove the key"
+            )
+        _check_keys("distributed", data, list(sections))
+        kwargs: dict[str, Any] = {}
         for name, cls_ in sections.items():
             section = dict(data.get(name) or {})
             _check_keys(f"distributed.{name}", section, [f.name for f in fields(cls_)])
