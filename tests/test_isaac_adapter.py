@@ -125,7 +125,7 @@ def test_isaacgym_adapter_contract_and_time_outs():
     assert torch.equal(info["final_obs"], obs)
     assert (info["episode_length"][trunc] == LIMIT).all()
     *_, info = env.step(zeros)
-    assert (env.episode_length[~info["done"]] == 1).all()
+    assert (env.episode.lengths[~info["done"]] == 1).all()
 
 
 @pytest.mark.parametrize("factory", [FakeIsaacLabEnv, FakeVecTask])

@@ -33,7 +33,7 @@ class DriftEnv(TensorVecEnv):
         return -self.x.abs(), self.x.abs() > 2.0
 
     def _observe(self):
-        return torch.stack([self.x, self.episode_length.float()], dim=1)
+        return torch.stack([self.x, self.episode.lengths.float()], dim=1)
 
     def _features(self):
         return self.x[:, None].clone()

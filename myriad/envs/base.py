@@ -35,6 +35,43 @@ from myriad.utils.seeding import make_generator
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
 
+class EpisodeStats:
+    """Return and length of each env's running episode, reported when it ends.
+
+    Attributes:
+        returns: ``[E]`` float32 return of the running episode.
+        lengths: ``[E]`` int64 steps taken in the running episode.
+    """
+
+    def __init__(self, num_envs: int, device: torch.device) -> None:
+        self.returns = torch.zeros(num_envs, dtype=torch.float32, device=device)
+        self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
+
+    def clear(self, mask: torch.Tensor | None = None) -> None:
+        """Restart the episodes of the envs where ``mask [E]`` is True (all by default)."""
+        if mask is None:
+            self.returns.zero_()
+            self.lengths.zero_()
+        else:
+            self.returns.masked_fill_(mask, 0.0)
+            self.lengths.masked_fill_(mask, 0)
+
+    def add(self, reward: torch.Tensor) -> None:
+        """Count one step that earned ``reward [E]``."""
+        self.returns += reward
+        self.lengths += 1
+
+    def finish(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The ``episode_return`` / ``episode_length`` info entries of a step (values where
+        ``done [E]``, zeros elsewhere); the finished episodes restart."""
+        entries = {
+            "episode_return": torch.where(done, self.returns, 0.0),
+            "episode_length": torch.where(done, self.lengths, 0),
+        }
+        self.clear(done)
+        return entries
+
+
 class ActionError(ValueError):
     """Actions passed to ``step`` have the wrong shape, device, dtype or contain NaN."""
 
@@ -214,8 +251,7 @@ class TensorVecEnv(VecEnv):
         self.device = torch.device(device)
         self.validate = validate
         self.generator = make_generator(0, self.device)
-        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
-        self.episode_return = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
+        self.episode = EpisodeStats(self.num_envs, self.device)
         self._all = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
 
     @abc.abstractmethod
@@ -233,8 +269,7 @@ class TensorVecEnv(VecEnv):
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is not None:
             self.generator = make_generator(seed, self.device)
-        self.episode_length.zero_()
-        self.episode_return.zero_()
+        self.episode.clear()
         self._reset_envs(self._all)
         return self._observe()
 
@@ -248,7 +283,7 @@ class TensorVecEnv(VecEnv):
         times and the batch holds every phase of an episode (as Isaac Gym tasks do with a
         random initial ``progress_buf``). Call once after :meth:`reset`.
         """
-        self.episode_length = torch.randint(
+        self.episode.lengths = torch.randint(
             0,
             self.max_episode_steps,
             (self.num_envs,),
@@ -262,9 +297,8 @@ class TensorVecEnv(VecEnv):
         else:
             actions = actions.clamp(-1.0, 1.0)
         reward, terminated = self._advance(actions)
-        self.episode_length += 1
-        self.episode_return += reward
-        truncated = (self.episode_length >= self.max_episode_steps) & ~terminated
+        self.episode.add(reward)
+        truncated = (self.episode.lengths >= self.max_episode_steps) & ~terminated
         done = terminated | truncated
         final_obs = self._observe()
         features = self._features()
@@ -272,15 +306,12 @@ class TensorVecEnv(VecEnv):
             "final_obs": final_obs,
             "features": features,
             "done": done,
-            "episode_return": torch.where(done, self.episode_return, 0.0),
-            "episode_length": torch.where(done, self.episode_length, 0),
+            **self.episode.finish(done),
         }
         info.update(self._extra_info(done))
         # Resetting every step with a mask keeps the loop free of host syncs; envs that are not
         # done are untouched by the masked writes.
         self._reset_envs(done)
-        self.episode_return.masked_fill_(done, 0.0)
-        self.episode_length.masked_fill_(done, 0)
         obs = self._observe()
         return obs, reward, terminated, truncated, info
 

@@ -18,7 +18,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from myriad.envs.base import FeatureSpec, StepResult, VecEnv, validate_actions
+from myriad.envs.base import EpisodeStats, FeatureSpec, StepResult, VecEnv, validate_actions
 from myriad.envs.registry import register
 
 
@@ -84,8 +84,7 @@ class GymnasiumVecEnv(VecEnv):
             raise ValueError("the env has no time limit in its spec: pass max_episode_steps")
         self.max_episode_steps = int(max_episode_steps)
         self._obs = torch.zeros(self.num_envs, self.obs_dim, device=self.device)
-        self.episode_return = torch.zeros(self.num_envs, device=self.device)
-        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        self.episode = EpisodeStats(self.num_envs, self.device)
 
     def _to_torch(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.as_tensor(np.asarray(array), dtype=dtype).to(self.device)
@@ -93,8 +92,7 @@ class GymnasiumVecEnv(VecEnv):
     def reset(self, seed: int | None = None) -> torch.Tensor:
         obs, _ = self.env.reset(seed=seed)
         self._obs = self._to_torch(obs)
-        self.episode_return.zero_()
-        self.episode_length.zero_()
+        self.episode.clear()
         return self._obs
 
     def current_features(self) -> torch.Tensor:
@@ -117,17 +115,13 @@ class GymnasiumVecEnv(VecEnv):
                     [np.asarray(o, dtype=np.float32) for o in env_info["final_obs"][mask]]
                 )
                 final_obs[torch.as_tensor(mask, device=self.device)] = self._to_torch(rows)
-        self.episode_return += reward_t
-        self.episode_length += 1
+        self.episode.add(reward_t)
         info: dict[str, Any] = {
             "final_obs": final_obs,
             "features": final_obs.index_select(1, self._feature_idx),
             "done": done,
-            "episode_return": torch.where(done, self.episode_return, 0.0),
-            "episode_length": torch.where(done, self.episode_length, 0),
+            **self.episode.finish(done),
         }
-        self.episode_return.masked_fill_(done, 0.0)
-        self.episode_length.masked_fill_(done, 0)
         self._obs = obs_t
         return obs_t, reward_t, term_t, trunc_t, info
 

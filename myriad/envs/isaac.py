@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from myriad.envs.base import FeatureSpec, StepResult, VecEnv, validate_actions
+from myriad.envs.base import EpisodeStats, FeatureSpec, StepResult, VecEnv, validate_actions
 from myriad.utils.optional import MissingDependencyError
 
 
@@ -83,8 +83,7 @@ class _IsaacAdapter(VecEnv):
         self._feature_index = torch.tensor(idx, dtype=torch.long, device=self.device)
         self._feature_low, self._feature_high = self.features.bounds(self.device)
         self._obs = torch.zeros(self.num_envs, obs_dim, device=self.device)
-        self.episode_return = torch.zeros(self.num_envs, device=self.device)
-        self.episode_length = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
+        self.episode = EpisodeStats(self.num_envs, self.device)
 
     def _feats(self, obs: torch.Tensor) -> torch.Tensor:
         f = obs.index_select(1, self._feature_index)
@@ -111,18 +110,14 @@ class _IsaacAdapter(VecEnv):
         terminated = terminated.reshape(self.num_envs).bool()
         truncated = truncated.reshape(self.num_envs).bool() & ~terminated
         done = terminated | truncated
-        self.episode_return += reward
-        self.episode_length += 1
+        self.episode.add(reward)
         info: dict[str, Any] = {
             "final_obs": final_obs,
             "features": self._feats(final_obs),
             "done": done,
-            "episode_return": torch.where(done, self.episode_return, 0.0),
-            "episode_length": torch.where(done, self.episode_length, 0),
+            **self.episode.finish(done),
             "extras": extras,
         }
-        self.episode_return.masked_fill_(done, 0.0)
-        self.episode_length.masked_fill_(done, 0)
         self._obs = obs
         return obs, reward, terminated, truncated, info
 
@@ -170,8 +165,7 @@ class IsaacLabVecEnv(_IsaacAdapter):
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         obs_dict, _ = self.env.reset(seed=seed)
-        self.episode_return.zero_()
-        self.episode_length.zero_()
+        self.episode.clear()
         self._obs = self._policy_obs(obs_dict)
         return self._obs
 
@@ -222,8 +216,7 @@ class IsaacGymVecEnv(_IsaacAdapter):
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is not None and hasattr(self.env, "seed"):
             self.env.seed(seed)
-        self.episode_return.zero_()
-        self.episode_length.zero_()
+        self.episode.clear()
         self._obs = self._policy_obs(self.env.reset())
         return self._obs
 

@@ -138,8 +138,7 @@ class MujocoVecEnv(TensorVecEnv):
         self.sim.reset_envs(mask, qpos.to(self.device), qvel.to(self.device))
         self._on_reset(mask)
         self._unstable &= ~mask
-        self.episode_length.masked_fill_(mask, 0)
-        self.episode_return.masked_fill_(mask, 0.0)
+        self.episode.clear(mask)
         return self._observe()
 
     # -- TensorVecEnv implementation ----------------------------------------------------------
