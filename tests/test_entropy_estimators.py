@@ -60,7 +60,7 @@ def test_log_unit_ball_volume() -> None:
     assert log_unit_ball_volume(1) == pytest.approx(math.log(2.0))
     assert log_unit_ball_volume(2) == pytest.approx(math.log(math.pi))
     assert log_unit_ball_volume(3) == pytest.approx(math.log(4 * math.pi / 3))
-    for p in (29, 500, 5000):  # c_p itself underflows float64 near p = 1000
+    for p in (29, 500, 5000):  # c_p itself underflows float64 around p = 450
         expected = (p / 2) * math.log(math.pi) - float(gammaln(1 + p / 2))
         assert log_unit_ball_volume(p) == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match=">= 1"):
@@ -163,10 +163,9 @@ def test_mixture_identity_two_far_apart_gaussians() -> None:
     b = torch.randn(4096, 2, generator=g) + torch.tensor([100.0, 0.0])
     x = torch.cat([a, b])
     pe = population_entropy(x, 10, num_groups=2)
-    # Exact decomposition of the estimates.
-    assert float(pe.collective) == pytest.approx(
-        float(pe.individual_mean + pe.diversity), abs=1e-12
-    )
+    # Each member is a standard 2-D Gaussian: H = log(2 pi e) (KL bias at 4,096 points ~ -0.02).
+    expected = torch.full((2,), math.log(2 * math.pi * math.e), dtype=torch.float64)
+    torch.testing.assert_close(pe.individual, expected, atol=0.05, rtol=0)
     # Disjoint supports: generalised Jensen-Shannon = log M.
     assert float(pe.diversity) == pytest.approx(math.log(2), abs=0.01)
     assert pe.individual.shape == (2,)

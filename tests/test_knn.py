@@ -263,7 +263,8 @@ def test_auto_rule() -> None:
     assert select_backend(65536, 65536, 8, allow_approximate=False) == "kdtree"
     assert select_backend(4096, 4096, 29) == "faiss"
     # Without faiss-gpu, CUDA data stays on the GPU with the torch kernel.
-    assert select_backend(65536, 65536, 29, "cuda") in ("faiss", "torch")
+    on_cuda = "faiss" if knn_mod.faiss_gpu_available() else "torch"
+    assert select_backend(65536, 65536, 29, "cuda") == on_cuda
     assert select_grouped_backend(4096, 29, "cuda") == "torch"
     assert select_grouped_backend(4096, 29) == "torch"
     assert select_grouped_backend(4096, 2) == "kdtree"
@@ -301,6 +302,9 @@ def test_k_too_large() -> None:
         knn_grouped(x, 4, torch.tensor([0] * 6 + [1] * 4))
     with pytest.raises(ValueError, match="positive int"):
         knn(x, 0)
+    # A single point has no neighbour: the fix is more points, not a k below 1.
+    with pytest.raises(ValueError, match="only 0 candidate neighbours; provide more points"):
+        knn(x[:1], 1)
 
 
 def test_non_finite_points() -> None:

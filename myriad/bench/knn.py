@@ -183,6 +183,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     repeats = args.repeats or (1 if quick else 3)
     max_seconds = args.max_seconds or (10.0 if quick else 30.0)
     threads = args.threads or _available_cpus()
+    load_average_start = _load_average()
     _set_threads(threads)
     device = torch.device(args.device)
     backends = args.backends or list(QUICK_BACKENDS if quick else ALL_BACKENDS)
@@ -274,7 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "data": "standard Gaussian, float32",
             "timing": "wall clock, best of repeats, index/tree construction included; cpu_s is "
             "process CPU time (all threads) of the best run",
-            "load_average_start": _load_average(),
+            "load_average_start": load_average_start,
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "quick": quick,
         },

@@ -54,7 +54,10 @@ def _bounds(
             f"{name} must have shape [{p}] (one bound per feature), got {tuple(t.shape)}"
         )
     if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} must be finite, got {t.tolist()}")
+        raise ValueError(
+            f"{name} must be finite, got {t.tolist()}; give the bounds of the region to grid "
+            "(e.g. the env's features.low / features.high)"
+        )
     return t
 
 
@@ -92,6 +95,11 @@ def cell_index(
             f"high must exceed low in every dimension, got low={lo.tolist()} high={hi.tolist()}"
         )
     shape = _cells(cells, p)
+    if math.prod(shape) >= 2**62:
+        raise ValueError(
+            f"a grid of {' x '.join(map(str, shape))} cells overflows int64 cell indices; "
+            "use fewer cells per dimension"
+        )
     counts = torch.tensor(shape, dtype=torch.int64, device=points.device)
     x = points.to(torch.float64)
     inside = ((x >= lo) & (x <= hi)).all(dim=1)
@@ -157,7 +165,10 @@ def coverage(
         reach_flat = reachable.reshape(-1)
         n_reachable = int(reach_flat.sum())
         if n_reachable == 0:
-            raise ValueError("reachable marks no cell as reachable; coverage would be 0/0")
+            raise ValueError(
+                "reachable marks no cell as reachable, so coverage would be 0/0; pass a mask "
+                "with at least one True cell, or reachable=None to count every cell"
+            )
     gid = layout.group_ids()[inside]
     keys = torch.unique(gid * n_cells + flat[inside])
     key_cell = keys % n_cells

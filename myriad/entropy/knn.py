@@ -62,7 +62,7 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 # points, k = 10 (docs/entropy.md, `myriad bench knn`):
 # the kd-tree is the fastest backend up to this dimension (1.2 CPU-s at p = 6, faiss-pq 1.8)...
 KDTREE_MAX_DIM = 6
-# ...and still beats exact brute force up to this one (6.9 CPU-s at p = 8, faiss flat 9.4).
+# ...and still beats exact brute force up to this one (3.8 CPU-s at p = 8, faiss flat 4-6).
 KDTREE_EXACT_MAX_DIM = 8
 # Up to this many query-reference pairs exact brute force costs under ~0.6 CPU-s: keep it exact.
 EXACT_MAX_PAIRS = 2**28
@@ -113,7 +113,7 @@ def _check_points(x: torch.Tensor, name: str) -> None:
         rows = torch.nonzero(bad).flatten()[:5].tolist()
         raise ValueError(
             f"{name} has {int(bad.sum())} rows with NaN or inf (first rows: {rows}); "
-            "drop or clip them before the kNN query"
+            "drop or clip those rows first"
         )
 
 
@@ -121,10 +121,10 @@ def _check_k(k: int, n_available: int, what: str) -> None:
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
     if k > n_available:
-        raise ValueError(
-            f"k={k} but {what} has only {n_available} candidate neighbours; "
-            f"use k <= {n_available} or provide more points"
-        )
+        fix = "provide more points"
+        if n_available >= 1:
+            fix = f"use k <= {n_available} or {fix}"
+        raise ValueError(f"k={k} but {what} has only {n_available} candidate neighbours; {fix}")
 
 
 def _check_backend(backend: str) -> None:
@@ -604,16 +604,20 @@ class KNNSearch:
     """k-nearest-neighbour search with a fixed configuration.
 
     Args:
-        backend: ``"auto" | "faiss" | "faiss-ivf" | "faiss-hnsw" | "kdtree" | "torch"``.
+        backend: ``"auto" | "faiss" | "faiss-pq" | "faiss-ivf" | "faiss-hnsw" | "kdtree" |
+            "torch"``.
         memory_budget: bytes one block of pairwise distances may take in the torch backend
             (and the chunk size for recomputing distances).
-        allow_approximate: whether ``"auto"`` may pick an approximate index (``"faiss-ivf"``).
+        allow_approximate: whether ``"auto"`` may pick the approximate ``"faiss-pq"`` (large
+            high-dimensional CPU queries).
+        pq_k_factor: ``"faiss-pq"`` re-ranks ``pq_k_factor * (k + 1)`` candidates exactly.
         ivf_nlist: inverted lists for ``"faiss-ivf"`` (None: ``4 sqrt(N)``, see
             :func:`ivf_parameters`).
         ivf_nprobe: lists scanned per query (None: ``nlist / 8``).
         hnsw_m: graph degree for ``"faiss-hnsw"``.
         hnsw_ef_search: HNSW search breadth (None: ``max(2 (k + 1), 32)``).
-        seed: seed of the k-means that builds the inverted file.
+        seed: seed of the sample the ``"faiss-pq"`` levels are fitted on and of the k-means
+            that builds the inverted file.
     """
 
     backend: str = "auto"
@@ -955,7 +959,8 @@ class _GroupLayout:
             size = n // num_groups
             if size == 0:
                 raise ValueError(
-                    f"num_groups={num_groups} exceeds the {n} points: groups would be empty"
+                    f"num_groups={num_groups} exceeds the {n} points: groups would be empty; "
+                    f"use num_groups <= {n}"
                 )
             sizes = torch.full((num_groups,), size, dtype=torch.int64)
             starts = torch.arange(num_groups, dtype=torch.int64) * size
@@ -971,10 +976,10 @@ class _GroupLayout:
             raise ValueError(f"group must hold integer ids, got {group.dtype}; use group.long()")
         group = group.long()
         if n == 0:
-            raise ValueError("no points given")
+            raise ValueError("no points given; pass x with at least one row [N >= 1, p]")
         lo, hi = int(group.min()), int(group.max())
         if lo < 0:
-            raise ValueError(f"group ids must be >= 0, got {lo}")
+            raise ValueError(f"group ids must be >= 0, got {lo}; number the groups 0..M-1")
         m = hi + 1 if num_groups is None else num_groups
         if hi >= m:
             raise ValueError(f"group id {hi} >= num_groups={m}; ids must lie in 0..num_groups-1")
@@ -1040,7 +1045,7 @@ def knn(
         x: query points ``[Nq, p]``.
         k: neighbour count.
         reference: ``[Nr, p]`` on the same device, or None for a self-query.
-        backend: ``"auto" | "faiss" | "faiss-ivf" | "faiss-hnsw" | "kdtree" | "torch"``.
+        backend: one of :data:`BACKENDS` (``"auto"`` picks by device, size and dimension).
         memory_budget: bytes per block of pairwise distances in the torch backend.
         allow_approximate: whether ``"auto"`` may choose an approximate index.
 
