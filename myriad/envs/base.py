@@ -61,6 +61,13 @@ class EpisodeStats:
         self.returns += reward
         self.lengths += 1
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"returns": self.returns.cpu().clone(), "lengths": self.lengths.cpu().clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.returns = state["returns"].to(self.returns.device, torch.float32).clone()
+        self.lengths = state["lengths"].to(self.lengths.device, torch.long).clone()
+
     def finish(self, done: torch.Tensor) -> dict[str, torch.Tensor]:
         """The ``episode_return`` / ``episode_length`` info entries of a step (values where
         ``done [E]``, zeros elsewhere); the finished episodes restart."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from myriad.envs.base import VecEnv
+from myriad.envs.base import EpisodeStats, VecEnv
 from myriad.nn.population import PopulationActorCritic, block_members, is_blocked
 from myriad.rl.storage import RolloutStorage
 
@@ -78,14 +78,18 @@ def env_state_dict(env: VecEnv) -> dict[str, Any]:
     """The resumable state of ``env``.
 
     Uses ``env.state_dict()`` when the env defines it. Otherwise captures every tensor
-    attribute and the ``generator`` of the env, which is the whole state of torch envs that keep
-    their state in tensors (as :class:`~myriad.envs.base.TensorVecEnv` subclasses do); envs
-    holding state elsewhere should define ``state_dict`` / ``load_state_dict``.
+    attribute, the running episode statistics and the ``generator`` of the env, which is the
+    whole state of torch envs that keep their state in tensors (as
+    :class:`~myriad.envs.base.TensorVecEnv` subclasses do); envs holding state elsewhere should
+    define ``state_dict`` / ``load_state_dict``.
     """
     if callable(getattr(env, "state_dict", None)):
         return {"state_dict": env.state_dict()}
     tensors = {k: v.detach().cpu().clone() for k, v in vars(env).items() if torch.is_tensor(v)}
     state: dict[str, Any] = {"tensors": tensors}
+    episode = getattr(env, "episode", None)
+    if isinstance(episode, EpisodeStats):
+        state["episode"] = episode.state_dict()
     generator = getattr(env, "generator", None)
     if isinstance(generator, torch.Generator):
         state["generator"] = generator.get_state()
@@ -104,6 +108,8 @@ def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> None:
         else:
             device = current.device if torch.is_tensor(current) else env.device
             setattr(env, name, value.to(device))
+    if "episode" in state:
+        env.episode.load_state_dict(state["episode"])  # type: ignore[attr-defined]
     if "generator" in state:
         env.generator.set_state(state["generator"])  # type: ignore[attr-defined]
 
