@@ -14,7 +14,7 @@ import torch
 
 from myriad.nn.distributions import gaussian_kl, pairwise_gaussian_kl
 from myriad.nn.population import PopulationActorCritic
-from myriad.rl.storage import RolloutStorage
+from myriad.rl.storage import RolloutStorage, member_major_index
 
 
 def sample_index(
@@ -22,14 +22,10 @@ def sample_index(
 ) -> torch.Tensor:
     """``[M, n]`` time-major flat rollout indices ``t * E + e``: an evenly strided sample of
     ``n = min(per_member, T * E_i)`` rows of each member (needs equal env counts per member)."""
-    num_envs = member.shape[0]
-    envs = torch.argsort(member, stable=True).view(num_members, -1)  # [M, E / M]
-    per_env = envs.shape[1]
-    total = num_steps * per_env
-    n = min(per_member, total)
-    pick = torch.linspace(0, total - 1, n, device=member.device).round().long()
-    steps, slot = pick // per_env, pick % per_env
-    return steps.unsqueeze(0) * num_envs + envs[:, slot]
+    rows = member_major_index(member, num_members, num_steps)  # [M, T * E / M]
+    total = rows.shape[1]
+    pick = torch.linspace(0, total - 1, min(per_member, total), device=member.device)
+    return rows[:, pick.round().long()]
 
 
 class Diagnostics:

@@ -14,6 +14,21 @@ import torch
 from myriad.rl.gae import compute_gae
 
 
+def member_major_index(member: torch.Tensor, num_members: int, num_steps: int) -> torch.Tensor:
+    """``[M, T * E / M]``: the time-major flat indices ``t * E + e`` of each member's rows, in
+    time order, envs in index order within a step.
+
+    Args:
+        member: ``[E]`` member of each env (every member owns the same number of envs).
+        num_members: M.
+        num_steps: T.
+    """
+    num_envs = member.shape[0]
+    envs = torch.argsort(member, stable=True).view(num_members, -1)  # [M, E / M]
+    steps = torch.arange(num_steps, device=member.device) * num_envs
+    return (steps.view(1, -1, 1) + envs.unsqueeze(1)).reshape(num_members, -1)
+
+
 @dataclass
 class Batch:
     """One minibatch of a rollout, rows flattened from ``[T, E]``.
@@ -120,18 +135,16 @@ class RolloutStorage:
         self.extras: dict[str, torch.Tensor] = {}
         self._rollout_only: set[str] = set()
         self.step = 0
-        self._member_major_index = self._build_member_major_index() if self.equal_counts else None
+        self._member_major_index = (
+            member_major_index(self.member, self.num_members, self.num_steps)
+            if self.equal_counts
+            else None
+        )
 
     def _zeros(self, *trailing: int) -> torch.Tensor:
         return torch.zeros(
             self.num_steps, self.num_envs, *trailing, dtype=self.dtype, device=self.device
         )
-
-    def _build_member_major_index(self) -> torch.Tensor:
-        """``[M, T * E / M]``: the time-major flat indices ``t * E + e`` of each member's rows."""
-        envs = torch.argsort(self.member, stable=True).view(self.num_members, -1)
-        steps = torch.arange(self.num_steps, device=self.device) * self.num_envs
-        return (steps.view(1, -1, 1) + envs.unsqueeze(1)).reshape(self.num_members, -1)
 
     def register_field(
         self,
