@@ -6,7 +6,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,6 @@ from myriad.datasets import (
     DatasetSpec,
     DatasetWriter,
     IncompleteDatasetError,
-    export,
     load,
     open_reader,
     open_writer,
@@ -259,13 +257,23 @@ def test_export_memory_is_bounded_by_chunks(tmp_path):
         writer.append({k: v[start : start + 50_000] for k, v in rows.items()})
     writer.close()
     del rows
-    tracemalloc.start()
-    try:
-        result = export(tmp_path / "src.hdf5", "zarr", tmp_path / "out.zarr", chunk_rows=4096)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert result.rows == n_ep * length
-    assert result.max_chunk_rows <= 4096
+    # A fresh interpreter: tracemalloc counts every thread's allocations, and threads left by
+    # earlier tests in this process (writers, Ray clients) would add to the peak.
+    script = textwrap.dedent(
+        f"""
+        import tracemalloc
+        from myriad.datasets import export
+        tracemalloc.start()
+        result = export({str(tmp_path / "src.hdf5")!r}, "zarr", {str(tmp_path / "out.zarr")!r},
+                        chunk_rows=4096)
+        print(result.rows, result.max_chunk_rows, tracemalloc.get_traced_memory()[1])
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    n_rows, max_chunk_rows, peak = (int(v) for v in out.split()[-3:])
+    assert n_rows == n_ep * length
+    assert max_chunk_rows <= 4096
     chunk_bytes = 4096 * full_bytes / (n_ep * length)
     assert peak < 12 * chunk_bytes < full_bytes / 4, (peak, chunk_bytes, full_bytes)
