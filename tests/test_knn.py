@@ -72,6 +72,27 @@ def test_torch_tiles_within_memory_budget(gen: torch.Generator) -> None:
     assert_same(knn(x, 4, ref, backend="torch", memory_budget=1024), brute_force(x, 4, ref), 4)
 
 
+@pytest.mark.parametrize("budget", [1024, 8192, 65536])
+def test_torch_tiles_never_exceed_the_budget(
+    budget: int, monkeypatch, gen: torch.Generator
+) -> None:
+    # Every distance tile (and the one temporary the budget allows for) fits the budget.
+    tiles: list[int] = []
+    baddbmm = torch.baddbmm
+
+    def recording_baddbmm(*args, **kwargs):
+        out = baddbmm(*args, **kwargs)
+        tiles.append(out.numel() * out.element_size())
+        return out
+
+    monkeypatch.setattr(torch, "baddbmm", recording_baddbmm)
+    x = torch.randn(600, 3, generator=gen)
+    assert_same(knn(x, 5, backend="torch", memory_budget=budget), brute_force(x, 5), 5)
+    group = torch.arange(600) % 3
+    knn_grouped(x, 5, group, backend="torch", memory_budget=budget)
+    assert tiles and max(tiles) * 2 <= budget
+
+
 def test_far_from_origin_data_keeps_exact_neighbours(gen: torch.Generator) -> None:
     # |x|^2 ~ 1e8 would swamp float32 distance expansions without centring.
     x = torch.randn(500, 3, generator=gen) + 1e4
