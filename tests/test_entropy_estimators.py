@@ -142,6 +142,21 @@ def test_duplicates_give_finite_entropy() -> None:
         kl_entropy_from_distances(r, 3, 10, min_distance=0.0)
 
 
+def test_duplicates_give_finite_population_and_weighted_entropy() -> None:
+    g = torch.Generator().manual_seed(4)
+    # Member 0 is pinned in one spot (all its states identical); member 1 moves.
+    x = torch.cat([torch.zeros(300, 2), torch.randn(300, 2, generator=g)])
+    pe = population_entropy(x, 5, num_groups=2)
+    values = torch.stack([pe.collective, *pe.individual, pe.diversity])
+    assert torch.isfinite(values).all()
+    assert float(pe.individual[0]) < float(pe.individual[1])
+    log_w = torch.randn(600, generator=g, dtype=torch.float64).requires_grad_()
+    weighted = importance_weighted_entropy(log_w, knn(x, 5), 2)
+    (weighted.entropy + weighted.kl).backward()
+    assert torch.isfinite(weighted.entropy) and torch.isfinite(weighted.kl)
+    assert torch.isfinite(log_w.grad).all()
+
+
 def test_batched_distances_give_one_estimate_per_row() -> None:
     r = torch.rand(5, 300, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 0.1
     batched = kl_entropy_from_distances(r, 4, 7)
