@@ -62,13 +62,24 @@ class PhysicsBackend(abc.ABC):
         frame_skip: ``mj_step`` calls per :meth:`step`.
         device: torch device of every tensor in and out.
         dtype: float dtype of the fields (float64 on CPU MuJoCo, float32 on Warp).
+        fields: the fields tasks read (``qpos`` and ``qvel`` always).
     """
 
-    model: mujoco.MjModel
-    num_envs: int
-    frame_skip: int
-    device: torch.device
-    dtype: torch.dtype
+    def __init__(
+        self,
+        model: mujoco.MjModel,
+        num_envs: int,
+        frame_skip: int,
+        fields: Sequence[str],
+        device: torch.device | str,
+        dtype: torch.dtype,
+    ) -> None:
+        self.model = model
+        self.num_envs = int(num_envs)
+        self.frame_skip = int(frame_skip)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.fields = _check_fields(fields)
 
     @abc.abstractmethod
     def field(self, name: str) -> torch.Tensor:
@@ -218,12 +229,8 @@ class CpuBackend(PhysicsBackend):
         device: torch.device | str = "cpu",
         num_workers: int | None = None,
     ):
-        self.model = model
-        self.num_envs = E = int(num_envs)
-        self.frame_skip = int(frame_skip)
-        self.device = torch.device(device)
-        self.dtype = torch.float64
-        self.fields = _check_fields(fields)
+        super().__init__(model, num_envs, frame_skip, fields, device, torch.float64)
+        E = self.num_envs
         if num_workers is None:
             num_workers = (os.cpu_count() or 1) if E >= 64 else 0
         self.num_workers = max(0, min(int(num_workers), E))
@@ -383,14 +390,9 @@ class WarpBackend(PhysicsBackend):
 
         self.wp, self.mjw = import_warp()
         wp, mjw = self.wp, self.mjw
-        self.model = model
-        self.num_envs = int(num_envs)
-        self.frame_skip = int(frame_skip)
-        self.device = torch.device(device)
+        super().__init__(model, num_envs, frame_skip, fields, device, torch.float32)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.dtype = torch.float32
-        self.fields = _check_fields(fields)
         self.post_constraint = "cfrc_ext" in self.fields
         self.wp_device = "cpu" if self.device.type == "cpu" else f"cuda:{self.device.index}"
         self.use_graph = graph and self.device.type == "cuda"
