@@ -192,6 +192,7 @@ def test_feature_codes_match_faiss_encoder(dim: int, gen: torch.Generator) -> No
     pq = faiss.ProductQuantizer(dim, dim, 4)
     faiss.copy_array_to_vector(levels.numpy().ravel(), pq.centroids)
     assert np.array_equal(feature_codes(x, levels), pq.compute_codes(x.numpy()))
+    assert np.array_equal(feature_codes(x, levels, chunk_rows=700), feature_codes(x, levels))
     # Each code names the nearest level.
     nearest = (x[:, :, None] - levels[None]).abs().argmin(dim=2)
     assert torch.equal(feature_codes_unpacked(x, levels), nearest.to(torch.uint8))

@@ -162,3 +162,28 @@ def test_run_to_completion_trains_finishes_and_closes(tmp_path):
     summary = run_to_completion(runner, 2)
     assert summary["iterations"] == 2 and closed == [True]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["iterations"] == 2
+
+
+def test_env_state_of_earlier_checkpoints_restores_episode_statistics():
+    from myriad.rl.collector import env_state_dict, load_env_state_dict
+
+    env = make("nav-empty", 4, "cpu", task="dense", max_episode_steps=12)
+    env.reset(3)
+    for _ in range(5):
+        env.step(torch.rand(4, env.action_dim) * 2 - 1)
+    state = env_state_dict(env)
+    # The layout written before EpisodeStats: the statistics were env tensor attributes.
+    legacy = {k: v for k, v in state.items() if k != "episode"}
+    legacy["tensors"] = {
+        **state["tensors"],
+        "episode_return": state["episode"]["returns"],
+        "episode_length": state["episode"]["lengths"],
+    }
+    for saved in (state, legacy):
+        fresh = make("nav-empty", 4, "cpu", task="dense", max_episode_steps=12)
+        fresh.reset(0)
+        load_env_state_dict(fresh, saved)
+        assert torch.equal(fresh.episode.lengths, env.episode.lengths)
+        assert torch.equal(fresh.episode.returns, env.episode.returns)
+        assert int(fresh.episode.lengths[0]) == 5
+        assert not hasattr(fresh, "episode_length")

@@ -8,6 +8,7 @@ process on this machine) and ``cluster`` (connect to a running cluster, ``addres
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
@@ -105,10 +106,13 @@ class DistributedConfig:
         data = dict(data)
         sections = {"ray": RayConfig, "workers": WorkerConfig, "aps": APSConfig}
         if "mode" in data:
-            raise ValueError(
-                "distributed.mode is not a setting: myriad pretrain / finetune always run central "
-                "inference (the learner computes the actions), and worker-side inference with APS "
-                "is the APSCollector API (docs/distributed.md); remove the key"
+            # Saved run configs of earlier versions carry it: resuming them must keep working.
+            warnings.warn(
+                f"distributed.mode={data.pop('mode')!r} is ignored: myriad pretrain / finetune "
+                "always run central inference (the learner computes the actions), and "
+                "worker-side inference with APS is the APSCollector API (docs/distributed.md); "
+                "remove the key",
+                stacklevel=2,
             )
         _check_keys("distributed", data, list(sections))
         kwargs: dict[str, Any] = {}

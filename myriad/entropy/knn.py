@@ -364,6 +364,8 @@ def pq_subquantizers(dim: int) -> tuple[int, int]:
 PQ_TRAIN_POINTS = 2048
 #: Lloyd iterations at most when fitting them (they usually settle in 20-40).
 PQ_LLOYD_MAX_ITERS = 100
+#: Rows encoded at a time by :func:`feature_codes`.
+PQ_ENCODE_CHUNK_ROWS = 65536
 
 
 def feature_levels(
@@ -405,7 +407,9 @@ def feature_levels(
     return centres.sort(dim=1).values.to(torch.float32)
 
 
-def feature_codes(x: torch.Tensor, levels: torch.Tensor) -> np.ndarray:
+def feature_codes(
+    x: torch.Tensor, levels: torch.Tensor, chunk_rows: int = PQ_ENCODE_CHUNK_ROWS
+) -> np.ndarray:
     """faiss ``IndexPQ`` codes of ``x [n, p]`` for one 4-bit sub-quantizer per feature.
 
     The code of a value is the index of its nearest level (the lower one on a tie, as in faiss),
@@ -415,16 +419,23 @@ def feature_codes(x: torch.Tensor, levels: torch.Tensor) -> np.ndarray:
     Args:
         x: points ``[n, p]``.
         levels: ``[p, 16]`` non-decreasing levels per feature (:func:`feature_levels`).
+        chunk_rows: rows encoded at a time (bounds the temporaries to a few bytes per value of
+            one chunk).
 
     Returns:
         ``[n, ceil(p / 2)]`` uint8 codes.
     """
     n, p = x.shape
     midpoints = (levels[:, 1:] + levels[:, :-1]) / 2  # [p, 15]
-    codes = torch.searchsorted(midpoints, x.T.contiguous()).T.to(torch.uint8)
-    if p % 2:
-        codes = torch.cat([codes, codes.new_zeros(n, 1)], dim=1)
-    return (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous().numpy()
+    out = np.empty((n, (p + 1) // 2), dtype=np.uint8)
+    for start in range(0, n, chunk_rows):
+        block = x[start : start + chunk_rows]
+        codes = torch.searchsorted(midpoints, block.T.contiguous(), out_int32=True)
+        codes = codes.T.to(torch.uint8)
+        if p % 2:
+            codes = torch.cat([codes, codes.new_zeros(codes.shape[0], 1)], dim=1)
+        out[start : start + chunk_rows] = (codes[:, 0::2] | (codes[:, 1::2] << 4)).numpy()
+    return out
 
 
 def _faiss_pq_search(

@@ -101,15 +101,23 @@ def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> None:
     if "state_dict" in state:
         env.load_state_dict(state["state_dict"])  # type: ignore[attr-defined]
         return
-    for name, value in state["tensors"].items():
+    tensors = dict(state["tensors"])
+    episode = state.get("episode")
+    if episode is None and "episode_length" in tensors and "episode_return" in tensors:
+        # Checkpoints of earlier versions kept the statistics as env attributes.
+        episode = {
+            "returns": tensors.pop("episode_return"),
+            "lengths": tensors.pop("episode_length"),
+        }
+    for name, value in tensors.items():
         current = getattr(env, name, None)
         if torch.is_tensor(current) and current.shape == value.shape:
             current.copy_(value)
         else:
             device = current.device if torch.is_tensor(current) else env.device
             setattr(env, name, value.to(device))
-    if "episode" in state:
-        env.episode.load_state_dict(state["episode"])  # type: ignore[attr-defined]
+    if episode is not None and isinstance(getattr(env, "episode", None), EpisodeStats):
+        env.episode.load_state_dict(episode)  # type: ignore[attr-defined]
     if "generator" in state:
         env.generator.set_state(state["generator"])  # type: ignore[attr-defined]
 

@@ -96,6 +96,8 @@ class RunnerBase(abc.ABC):
         "resume",
         "*.resume",
         "hydra.*",
+        # Written by earlier versions, read by no runner (see DistributedConfig).
+        "distributed.mode",
     )
 
     def __init__(
