@@ -208,6 +208,9 @@ def test_faiss_pq_one_and_two_features_per_subquantizer(dim: int, gen: torch.Gen
     assert recall >= 0.99
     true = (x[nb.indices] - x[:, None, :]).norm(dim=-1)
     torch.testing.assert_close(nb.distances, true, rtol=1e-5, atol=1e-5)
+    # Fewer points than quantisation levels.
+    few = x[:9]
+    assert_same(KNNSearch(backend="faiss-pq")(few, 3), brute_force(few, 3), 3)
 
 
 @pytest.mark.parametrize("backend", EXACT)

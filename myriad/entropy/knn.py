@@ -478,7 +478,11 @@ def _faiss_pq_search(
             rn = np.ascontiguousarray(np.pad(rn, ((0, 0), (0, padded - p))))
             qn = rn if q is r else np.pad(qn, ((0, 0), (0, padded - p)))
         index = faiss.IndexRefineFlat(faiss.IndexPQFastScan(padded, m, 4))
-        index.train(rn[train_rows])
+        train = rn[train_rows]
+        if len(train) < 16:
+            # faiss's k-means needs a point per centroid: repeat the few there are.
+            train = np.resize(train, (16, padded))
+        index.train(train)
         index.add(rn)
     index.k_factor = float(params.pq_k_factor)
     d2, idx = index.search(qn, kk)
