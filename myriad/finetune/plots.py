@@ -9,20 +9,13 @@ from typing import Any
 
 import torch
 
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from myriad.utils.plotting import pyplot, save_figure
 
 
 def kl_heatmap(path: str | Path, matrix: torch.Tensor, leader: int = 0) -> Path:
     """Heatmap of ``matrix [M, M]`` (entry (i, j) = KL(pi_i || pi_j)); the leader's row and
     column are labelled ``L``."""
-    plt = _pyplot()
+    plt = pyplot()
     m = matrix.shape[0]
     values = matrix.detach().cpu().numpy()
     fig, ax = plt.subplots(figsize=(1.0 + 0.55 * m, 0.6 + 0.5 * m))
@@ -42,12 +35,7 @@ def kl_heatmap(path: str | Path, matrix: torch.Tensor, leader: int = 0) -> Path:
                     j, i, f"{values[i, j]:.2g}", ha="center", va="center", fontsize=6, color=color
                 )
     fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def _legend(ax, **kwargs) -> None:
@@ -82,7 +70,7 @@ def overview(
     """Four panels against env steps: the leader's evaluation and training success, each
     member's training success, the followers' KL to the leader, and the leader's off-policy
     ESS with the discriminator's accuracy (panels without data are left empty)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(10, 6.5))
     ax = axes[0, 0]
     _lines(
@@ -138,9 +126,4 @@ def overview(
         a.tick_params(labelsize=7)
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=100)

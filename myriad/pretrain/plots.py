@@ -8,15 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from myriad.envs.base import FeatureSpec
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from myriad.utils.plotting import pyplot, save_figure
 
 
 def member_colors(num_members: int) -> list[tuple[float, float, float, float]]:
@@ -65,9 +57,7 @@ def coverage_map(
         coverage: per-member coverage fractions for the legend.
         union_coverage: the population's coverage, shown in the title.
     """
-    plt = _pyplot()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     num_members = int(member.max()) + 1 if member.size else 1
     rng = np.random.default_rng(0)
     if len(features) > max_points:
@@ -109,10 +99,7 @@ def coverage_map(
     if union_coverage is not None:
         heading += f"   union coverage {100 * union_coverage:.1f}%"
     ax.set_title(heading.strip())
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=130)
 
 
 def entropy_curves(
@@ -125,9 +112,7 @@ def entropy_curves(
     ]
     if not any(k in history for _, keys in panels for k in keys):
         return None
-    plt = _pyplot()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, (ylabel, keys) in zip(axes, panels):
         for key in keys:
@@ -139,7 +124,4 @@ def entropy_curves(
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)

@@ -85,11 +85,9 @@ class ScalarLogger:
     ) -> list[Path]:
         """One PNG per scalar group (the part of the name before the first ``/``), each scalar
         of the group in its own panel; returns the files written."""
-        import matplotlib
+        from myriad.utils.plotting import pyplot, save_figure
 
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         groups: dict[str, list[str]] = {}
         for name in sorted(self.history):
             group = name.split("/", 1)[0]
@@ -109,9 +107,6 @@ class ScalarLogger:
                 ax.tick_params(labelsize=7)
             for ax in list(axes.flat)[len(names) :]:
                 ax.set_visible(False)
-            fig.tight_layout()
-            path = directory / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', group)}.png"
-            fig.savefig(path, dpi=100)
-            plt.close(fig)
-            written.append(path)
+            name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', group)}.png"
+            written.append(save_figure(fig, directory / name))
         return written
