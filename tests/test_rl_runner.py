@@ -187,3 +187,16 @@ def test_env_state_of_earlier_checkpoints_restores_episode_statistics():
         assert torch.equal(fresh.episode.returns, env.episode.returns)
         assert int(fresh.episode.lengths[0]) == 5
         assert not hasattr(fresh, "episode_length")
+
+
+def test_print_report_aligns_rows_and_keeps_paths_on_one_line(capsys):
+    from myriad.utils.logging import print_report
+
+    long_path = "runs/pretrain/" + "x" * 150 + "/checkpoints/iter_000150.pt"
+    print_report(
+        "done", [("env steps", "1,024"), ("wall time", "2.0 s")], [("checkpoint", long_path)]
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "done"
+    assert lines[1] == "  env steps  1,024" and lines[2] == "  wall time  2.0 s"
+    assert lines[3] == f"  checkpoint  {long_path}"

@@ -11,6 +11,7 @@ from myriad.finetune.algorithms import check_algorithm
 from myriad.finetune.init import init_config
 from myriad.rl.runner import run_to_completion, set_torch_threads
 from myriad.utils.config import ConfigError, compose, output_folder, resumed_config
+from myriad.utils.logging import print_report
 
 
 def _algo_override(overrides: Sequence[str]) -> str | None:
@@ -97,10 +98,6 @@ def finetune(
 
 def report(summary: dict[str, Any], folder: Path) -> None:
     """Print the headline numbers and where the checkpoint and plots are."""
-    from rich.console import Console
-
-    console = Console()
-    console.print(f"[bold]finetuning ({summary.get('algo')}) finished[/bold] ({folder})")
     final = summary.get("final_eval") or {}
     rows = [
         ("env steps", f"{summary.get('env_steps', 0):,}"),
@@ -114,8 +111,12 @@ def report(summary: dict[str, Any], folder: Path) -> None:
         rows.append(("pretrained member per member", str(init["mapping"])))
         for difference in init.get("env_differences") or []:
             rows.append(("env differs from pretraining", difference))
-    for name, value in rows:
-        console.print(f"  {name:<34} {value}")
-    console.print(f"  checkpoint  {summary.get('checkpoint')}")
-    console.print(f"  plots       {folder / 'plots'}")
-    console.print(f"  summary     {folder / 'summary.json'}")
+    print_report(
+        f"finetuning ({summary.get('algo')}) finished ({folder})",
+        rows,
+        [
+            ("checkpoint", summary.get("checkpoint")),
+            ("plots", folder / "plots"),
+            ("summary", folder / "summary.json"),
+        ],
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 from myriad.rl.runner import run_to_completion, set_torch_threads
 from myriad.utils.config import compose, output_folder, resumed_config
+from myriad.utils.logging import print_report
 
 
 def resolve_config(
@@ -48,10 +49,6 @@ def pretrain(
 
 def report(summary: dict[str, Any], folder: Path) -> None:
     """Print the headline numbers and where the checkpoint, dataset and plots are."""
-    from rich.console import Console
-
-    console = Console()
-    console.print(f"[bold]K-Myriad pretraining finished[/bold] ({folder})")
     rows = [
         ("env steps", f"{summary.get('env_steps', 0):,}"),
         ("wall time", f"{summary.get('wall_time_s', 0):.1f} s"),
@@ -72,9 +69,13 @@ def report(summary: dict[str, Any], folder: Path) -> None:
             f"{summary.get('eval_entropy_diversity', float('nan')):.3f} nats",
         ),
     ]
-    for name, value in rows:
-        console.print(f"  {name:<36} {value}")
-    console.print(f"  checkpoint  {summary.get('checkpoint')}")
-    console.print(f"  dataset     {summary.get('dataset')}")
-    console.print(f"  plots       {summary.get('plots')}")
-    console.print(f"  summary     {folder / 'summary.json'}")
+    print_report(
+        f"K-Myriad pretraining finished ({folder})",
+        rows,
+        [
+            ("checkpoint", summary.get("checkpoint")),
+            ("dataset", summary.get("dataset")),
+            ("plots", summary.get("plots")),
+            ("summary", folder / "summary.json"),
+        ],
+    )

@@ -6,7 +6,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +110,19 @@ class ScalarLogger:
             name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', group)}.png"
             written.append(save_figure(fig, directory / name))
         return written
+
+
+def print_report(
+    title: str, rows: Sequence[tuple[str, str]], files: Sequence[tuple[str, Any]]
+) -> None:
+    """The closing report of a run: a bold title, aligned ``(name, value)`` rows, then where
+    its files are. Long paths stay on one line so they can be copied."""
+    from rich.console import Console
+
+    console = Console(soft_wrap=True)
+    console.print(f"[bold]{title}[/bold]")
+    width = max((len(name) for name, _ in rows), default=0)
+    for name, value in rows:
+        console.print(f"  {name:<{width}}  {value}")
+    for name, where in files:
+        console.print(f"  {name:<10}  {where}")
