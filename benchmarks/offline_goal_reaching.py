@@ -39,8 +39,7 @@ import numpy as np
 import torch
 
 from myriad.bench.common import write_json
-from myriad.datasets import D4RLWriter, EpisodeAssembler, TransitionData, load, relabel
-from myriad.datasets.schema import row_fields
+from myriad.datasets import D4RLWriter, TransitionData, load, random_policy_rows, relabel
 from myriad.entropy import coverage
 from myriad.envs import make
 from myriad.envs.layout import Layout
@@ -91,7 +90,6 @@ def random_dataset(path: Path, rows: int, seed: int, num_envs: int = 256) -> Pat
     if path.is_file():
         return path
     env = make(ENV, num_envs, "cpu", **ENV_OPTIONS)
-    gen = torch.Generator().manual_seed(seed)
     writer = D4RLWriter(
         path,
         env.obs_dim,
@@ -106,30 +104,9 @@ def random_dataset(path: Path, rows: int, seed: int, num_envs: int = 256) -> Pat
             "feature_names": list(env.features.names),
         },
     )
-    asm = EpisodeAssembler(
-        num_envs,
-        env.max_episode_steps,
-        row_fields(env.obs_dim, env.action_dim, env.features.dim),
-    )
-    obs = env.reset(seed=seed)
     steps = math.ceil(rows / num_envs) + env.max_episode_steps
-    for _ in range(steps):
-        feats = env.current_features()
-        actions = torch.rand(num_envs, env.action_dim, generator=gen) * 2 - 1
-        nxt, reward, term, trunc, info = env.step(actions)
-        step = {
-            "observations": obs,
-            "next_observations": info["final_obs"],
-            "actions": actions,
-            "rewards": reward,
-            "terminals": term,
-            "timeouts": trunc,
-            "member": torch.zeros(num_envs, dtype=torch.int32),
-            "features": feats,
-        }
-        host = {k: v.numpy()[None] for k, v in step.items()}
-        writer.append(asm.add(host, host["terminals"] | host["timeouts"]))
-        obs = nxt
+    for episodes in random_policy_rows(env, steps, seed=seed):
+        writer.append(episodes)
     env.close()
     writer.close()
     return path

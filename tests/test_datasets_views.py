@@ -7,16 +7,16 @@ from test_datasets_formats import make_rows, spec_of
 
 from myriad.datasets import (
     D4RLWriter,
-    EpisodeAssembler,
     TransitionData,
     dataset_info,
     load,
     qlearning_dataset,
+    random_policy_rows,
     relabel,
 )
 from myriad.datasets.data import reward_note
 from myriad.datasets.relabel import relabel_stream
-from myriad.datasets.schema import concat_rows, row_fields
+from myriad.datasets.schema import concat_rows
 from myriad.entropy import coverage
 from myriad.envs import make
 from myriad.utils.optional import available
@@ -97,30 +97,10 @@ def test_qlearning_view_matches_d4rl(seed):
 def nav_rollout(task: str, goal: tuple[float, float], steps: int = 90, num_envs: int = 16):
     """Rows of random actions in ``nav-maze`` with ``task``, and the env's own rewards."""
     env = make("nav-maze", num_envs, "cpu", task=task, goal=goal, **NAV_OPTIONS)
-    gen = torch.Generator().manual_seed(0)
-    fields = row_fields(4, 2, 2)
-    asm = EpisodeAssembler(num_envs, env.max_episode_steps, fields)
-    obs = env.reset(seed=0)
-    parts = []
-    for _ in range(steps):
-        feats = env.current_features()
-        actions = torch.rand(num_envs, 2, generator=gen) * 2 - 1
-        nxt, reward, term, trunc, info = env.step(actions)
-        step = {
-            "observations": obs,
-            "next_observations": info["final_obs"],
-            "actions": actions,
-            "rewards": reward,
-            "terminals": term,
-            "timeouts": trunc,
-            "member": torch.arange(num_envs, dtype=torch.int32) % 2,
-            "features": feats,
-        }
-        host = {k: v.numpy()[None] for k, v in step.items()}
-        parts.append(asm.add(host, host["terminals"] | host["timeouts"]))
-        obs = nxt
+    member = torch.arange(num_envs, dtype=torch.int32) % 2
+    parts = list(random_policy_rows(env, steps, seed=0, member=member))
     env.close()
-    rows = {k: np.concatenate([p[k] for p in parts]) for k in fields}
+    rows = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     meta = {"env": "nav-maze", "env_options": NAV_OPTIONS, "population_size": 2}
     from myriad.datasets import DatasetSpec
 

@@ -8,7 +8,7 @@ zarr v3 replay buffers (:class:`ZarrWriter`), Minari datasets (:class:`MinariWri
 
 from myriad.datasets.d3rlpy_adapter import to_d3rlpy
 from myriad.datasets.data import TransitionData, load, qlearning_dataset
-from myriad.datasets.episodes import EpisodeAssembler
+from myriad.datasets.episodes import EpisodeAssembler, random_policy_rows
 from myriad.datasets.export import ExportResult, export
 from myriad.datasets.formats import FORMATS, detect_format, open_reader, open_writer
 from myriad.datasets.hdf5 import D4RLWriter, HDF5Reader, read_d4rl
@@ -47,6 +47,7 @@ __all__ = [
     "open_reader",
     "open_writer",
     "qlearning_dataset",
+    "random_policy_rows",
     "read_d4rl",
     "relabel",
     "to_d3rlpy",

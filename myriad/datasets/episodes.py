@@ -7,9 +7,13 @@ stages each environment's unfinished episode and emits whole episodes as they en
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import torch
+
+from myriad.datasets.schema import Rows, row_fields
 
 
 class EpisodeAssembler:
@@ -102,3 +106,45 @@ class EpisodeAssembler:
         self.length[:] = state["length"]
         for k, v in state["staging"].items():
             self.staging[k][:, : v.shape[1]] = v
+
+
+def random_policy_rows(
+    env: Any, steps: int, *, seed: int = 0, member: torch.Tensor | None = None
+) -> Iterator[Rows]:
+    """Transitions of uniformly random actions in ``[-1, 1]`` (a "random" offline dataset).
+
+    Resets ``env`` with ``seed`` and runs ``steps`` vector steps, drawing actions from a
+    generator seeded with ``seed``; yields, after each step, the rows of the episodes that ended
+    in it (schema of :func:`~myriad.datasets.schema.row_fields`; episodes still running at the
+    end are not yielded).
+
+    Args:
+        env: a myriad VecEnv.
+        steps: vector steps to run.
+        seed: reset and action seed.
+        member: ``[E]`` member id written for each env (default: 0).
+    """
+    num_envs = env.num_envs
+    member = torch.zeros(num_envs, dtype=torch.int32) if member is None else member
+    assembler = EpisodeAssembler(
+        num_envs, env.max_episode_steps, row_fields(env.obs_dim, env.action_dim, env.features.dim)
+    )
+    gen = torch.Generator(device=env.device).manual_seed(seed)
+    obs = env.reset(seed=seed)
+    for _ in range(steps):
+        features = env.current_features()
+        actions = torch.rand(num_envs, env.action_dim, generator=gen, device=env.device) * 2 - 1
+        next_obs, reward, terminated, truncated, info = env.step(actions)
+        step = {
+            "observations": obs,
+            "next_observations": info["final_obs"],
+            "actions": actions,
+            "rewards": reward,
+            "terminals": terminated,
+            "timeouts": truncated,
+            "member": member.to(torch.int32),
+            "features": features,
+        }
+        host = {k: v.detach().cpu().numpy()[None] for k, v in step.items()}
+        yield assembler.add(host, host["terminals"] | host["timeouts"])
+        obs = next_obs
