@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from myriad.datasets.formats import DatasetReader, open_reader
+from myriad.datasets.hdf5 import CORE_KEYS
 from myriad.datasets.schema import (
     CHUNK_ROWS,
     DatasetSpec,
@@ -326,15 +327,7 @@ def _layout_problems(reader: DatasetReader) -> list[str]:
         f.visititems(
             lambda k, v: lengths.__setitem__(k, v.shape[0]) if isinstance(v, h5py.Dataset) else None
         )
-        required = [
-            "observations",
-            "actions",
-            "rewards",
-            "next_observations",
-            "terminals",
-            "timeouts",
-            "infos/member",
-        ]
+        required = [*CORE_KEYS, "infos/member"]
         missing = [k for k in required if k not in lengths]
         if missing:
             return [f"missing datasets {missing}"]
