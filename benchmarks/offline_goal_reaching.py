@@ -40,7 +40,6 @@ import torch
 
 from myriad.bench.common import write_json
 from myriad.datasets import D4RLWriter, TransitionData, load, random_policy_rows, relabel
-from myriad.entropy import coverage
 from myriad.envs import make
 from myriad.envs.layout import Layout
 from myriad.envs.nav import spread_goal_cells
@@ -180,15 +179,7 @@ def goal_conditioned(data: TransitionData, goals: list[tuple[float, float]]) -> 
 
 def describe(data: TransitionData, goals: list[tuple[float, float]]) -> dict[str, Any]:
     env = make(ENV, 1, "cpu", **ENV_OPTIONS)
-    spec = env.features
-    low, high = spec.bounds("cpu")
-    cov = coverage(
-        torch.as_tensor(data.features),
-        low,
-        high,
-        spec.cells,
-        reachable=torch.as_tensor(spec.reachable),
-    )
+    cov = env.features.coverage(torch.as_tensor(data.features))
     env.close()
     reaching = [int(relabel(data, "sparse", g).terminals.sum()) for g in goals]
     return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -106,3 +107,15 @@ def test_bad_input() -> None:
         coverage(pts, [0, 0], [1, 1], 2, reachable=torch.zeros(2, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match="move both to one device"):
         coverage(pts, torch.zeros(2, device="meta"), [1, 1], 4)
+
+
+def test_feature_spec_coverage_uses_its_grid_and_reachable_cells() -> None:
+    from myriad.envs.base import FeatureSpec
+
+    reachable = np.array([[True, False], [True, True]])
+    spec = FeatureSpec(("x", "y"), (0.0, 0.0), (1.0, 1.0), (2, 2), reachable=reachable)
+    pts = torch.tensor([[0.1, 0.9], [0.9, 0.9], [0.9, 0.1]])  # (0,1) unreachable, (1,1), (1,0)
+    cov = spec.coverage(pts)
+    assert cov.union_cells == 2 and cov.union == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="no coverage grid"):
+        FeatureSpec(("x",), (0.0,), (1.0,)).coverage(pts[:, :1])

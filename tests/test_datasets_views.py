@@ -17,7 +17,6 @@ from myriad.datasets import (
 from myriad.datasets.data import reward_note
 from myriad.datasets.relabel import relabel_stream
 from myriad.datasets.schema import concat_rows
-from myriad.entropy import coverage
 from myriad.envs import make
 from myriad.utils.optional import available
 
@@ -154,16 +153,8 @@ def test_info_coverage_matches_reference(tmp_path):
     w.close()
     info = dataset_info(tmp_path / "d.hdf5", chunk_rows=100)
     env = make("nav-maze", 1, "cpu", **NAV_OPTIONS)
-    spec = env.features
-    low, high = spec.bounds("cpu")
-    ref = coverage(
-        torch.as_tensor(data.features),
-        low,
-        high,
-        spec.cells,
-        torch.as_tensor(data.member).long(),
-        num_groups=2,
-        reachable=torch.as_tensor(spec.reachable),
+    ref = env.features.coverage(
+        torch.as_tensor(data.features), torch.as_tensor(data.member).long(), num_groups=2
     )
     assert info["coverage_union"] == pytest.approx(ref.union)
     assert [info["members"][m]["coverage"] for m in (0, 1)] == pytest.approx(ref.per_group.tolist())

@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,19 +27,13 @@ from myriad.datasets.schema import (
     disk_size,
 )
 
-
-@dataclass(frozen=True)
-class GridSpec:
-    """The coverage grid of an env's entropy features (from :class:`FeatureSpec`)."""
-
-    low: tuple[float, ...]
-    high: tuple[float, ...]
-    cells: tuple[int, ...]
-    reachable: np.ndarray | None  # bool, shape ``cells``
+if TYPE_CHECKING:
+    from myriad.envs.base import FeatureSpec
 
 
-def env_grid(spec: DatasetSpec) -> GridSpec | None:
-    """The grid of the env named in the metadata, or None (no env, no grid, env not buildable)."""
+def env_grid(spec: DatasetSpec) -> FeatureSpec | None:
+    """The features (with their coverage grid) of the env named in the metadata, or None (no
+    env, no grid, other feature names, env not buildable)."""
     name = spec.metadata.get("env")
     if not isinstance(name, str):
         return None
@@ -53,16 +47,13 @@ def env_grid(spec: DatasetSpec) -> GridSpec | None:
         fs = env.features
         if not fs.cells or tuple(fs.names) != tuple(spec.feature_names):
             return None
-        reach = None if fs.reachable is None else np.asarray(fs.reachable, dtype=bool)
-        return GridSpec(
-            tuple(map(float, fs.low)), tuple(map(float, fs.high)), tuple(fs.cells), reach
-        )
+        return fs
 
 
 class _CoverageCounter:
     """Visited cells per member, accumulated chunk by chunk (memory: members x cells bools)."""
 
-    def __init__(self, grid: GridSpec) -> None:
+    def __init__(self, grid: FeatureSpec) -> None:
         self.grid = grid
         self.n_cells = math.prod(grid.cells)
         self.visited: dict[int, np.ndarray] = {}

@@ -128,6 +128,41 @@ class FeatureSpec:
             torch.tensor(self.high, dtype=torch.float32, device=device),
         )
 
+    def coverage(
+        self,
+        features: torch.Tensor,
+        group: torch.Tensor | None = None,
+        *,
+        num_groups: int | None = None,
+        reachable: torch.Tensor | None = None,
+    ) -> Any:
+        """Grid coverage (FORMULAS 10) of ``features [N, p]`` on this spec's cells, counting
+        only its reachable cells: :func:`myriad.entropy.coverage` with this spec's grid.
+
+        Args:
+            features: visited states' features ``[N, p]``.
+            group: ``[N]`` member of each state, or None with ``num_groups`` (equal blocks).
+            num_groups: number of members M.
+            reachable: ``self.reachable`` already on ``features``' device (callers measuring
+                every iteration keep one copy); None converts it.
+
+        Returns:
+            :class:`myriad.entropy.Coverage`.
+        """
+        from myriad.entropy.coverage import coverage
+
+        if not self.cells:
+            raise ValueError(
+                f"features {self.names} have no coverage grid (cells=()); give the FeatureSpec "
+                "cells to measure coverage"
+            )
+        if reachable is None and self.reachable is not None:
+            reachable = torch.as_tensor(self.reachable, device=features.device)
+        low, high = self.bounds(features.device)
+        return coverage(
+            features, low, high, self.cells, group, num_groups=num_groups, reachable=reachable
+        )
+
 
 class VecEnv(abc.ABC):
     """A batch of ``num_envs`` environments stepped together on one torch device.

@@ -19,7 +19,7 @@ import torch
 
 from myriad.datasets import D4RLWriter, EpisodeAssembler
 from myriad.datasets.schema import row_fields
-from myriad.entropy import Coverage, cell_index, coverage
+from myriad.entropy import Coverage, cell_index
 from myriad.envs import make, make_from_config
 from myriad.envs.base import TensorVecEnv
 from myriad.nn.population import build_population
@@ -231,16 +231,8 @@ class PretrainRunner(RunnerBase):
 
     def _coverage_of(self, flat: torch.Tensor, member: torch.Tensor) -> Coverage:
         """Coverage of states ``flat [N, p]`` visited by ``member [N]`` on the features' grid."""
-        spec = self.env.features
-        low, high = spec.bounds(flat.device)
-        return coverage(
-            flat,
-            low,
-            high,
-            spec.cells,
-            member,
-            num_groups=self.num_members,
-            reachable=self._reachable,
+        return self.env.features.coverage(
+            flat, member, num_groups=self.num_members, reachable=self._reachable
         )
 
     def _coverage(self, features: torch.Tensor) -> dict[str, float]:
