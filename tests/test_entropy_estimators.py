@@ -30,7 +30,7 @@ from myriad.entropy import (
     log_unit_ball_volume,
     population_entropy,
 )
-from myriad.entropy.knn import knn
+from myriad.entropy.knn import Neighbors, knn
 
 EXACT = KNNSearch(allow_approximate=False)
 
@@ -155,6 +155,28 @@ def test_duplicates_give_finite_population_and_weighted_entropy() -> None:
     (weighted.entropy + weighted.kl).backward()
     assert torch.isfinite(weighted.entropy) and torch.isfinite(weighted.kl)
     assert torch.isfinite(log_w.grad).all()
+
+
+def test_batched_weighted_entropy_matches_each_set() -> None:
+    g = torch.Generator().manual_seed(6)
+    sets = [torch.randn(200, 3, generator=g) for _ in range(3)]
+    neighbours = [knn(x, 5) for x in sets]
+    log_w = torch.randn(3, 200, generator=g, dtype=torch.float64)
+    batched = importance_weighted_entropy(
+        log_w,
+        Neighbors(
+            torch.stack([nb.distances for nb in neighbours]),
+            torch.stack([nb.indices for nb in neighbours]),
+        ),
+        3,
+    )
+    assert batched.entropy.shape == (3,) and batched.kl.shape == (3,)
+    for i, nb in enumerate(neighbours):
+        single = importance_weighted_entropy(log_w[i], nb, 3)
+        torch.testing.assert_close(batched.entropy[i], single.entropy, rtol=1e-12, atol=0)
+        torch.testing.assert_close(batched.kl[i], single.kl, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match=r"\[N\] \(or \[B, N\]\)"):
+        importance_weighted_entropy(log_w[:, :10], neighbours[0], 3)
 
 
 def test_batched_distances_give_one_estimate_per_row() -> None:

@@ -125,8 +125,10 @@ def test_resume_with_another_config_lists_differences(tmp_path):
         pretrain(["objective.beta=0.5", "iterations=6"], resume=tmp_path / "run", quiet=True)
 
 
-def test_importance_weighted_objective_respects_trust_region(tmp_path):
-    summary = _run(tmp_path, ["objective=mepol", "objective.kl_threshold=0.05"], name="mepol")
+@pytest.mark.parametrize("beta", [1.0, 0.5])  # 0.5: the per-member (individual) terms too
+def test_importance_weighted_objective_respects_trust_region(tmp_path, beta):
+    overrides = ["objective=mepol", "objective.kl_threshold=0.05", f"objective.beta={beta}"]
+    summary = _run(tmp_path, overrides, name="mepol")
     assert summary["train/kl"] <= 0.05 + 1e-6
     assert summary["train/inner_steps"] >= 1
 

@@ -222,26 +222,33 @@ def importance_weighted_entropy(
     Args:
         log_weights: ``[N]`` log importance weights (e.g. cumulative
             ``log pi_theta - log pi_theta_old``), any additive constant; gradients flow here.
+            Or ``[B, N]`` for ``B`` separate sets of ``N`` points (the members of a population),
+            each normalised on its own.
         neighbors: self-query neighbours of the same ``N`` points, ``[N, k]`` (computed once
-            per batch with ``theta_old``'s samples).
+            per batch with ``theta_old``'s samples); ``[B, N, k]`` with indices within each set.
         dim: feature dimension p.
         min_distance: floor on distances before the log (duplicate-point guard).
+
+    Returns:
+        :class:`WeightedEntropy` of scalars, or of ``[B]`` tensors for batched input.
     """
-    if log_weights.dim() != 1 or log_weights.shape[0] != neighbors.indices.shape[0]:
+    index = neighbors.indices
+    if log_weights.dim() not in (1, 2) or log_weights.shape != index.shape[:-1]:
         raise ValueError(
-            f"log_weights must be [N] with N={neighbors.indices.shape[0]} (one per point), "
-            f"got {tuple(log_weights.shape)}"
+            f"log_weights must be [N] (or [B, N]) matching the neighbours "
+            f"{tuple(index.shape[:-1])} (one weight per point), got {tuple(log_weights.shape)}"
         )
-    n, k = neighbors.indices.shape
+    n, k = index.shape[-2:]
     lw = log_weights.to(torch.float64)
-    log_w = lw - torch.logsumexp(lw, dim=0)
-    log_wx = torch.logsumexp(log_w[neighbors.indices.to(lw.device)], dim=1)
+    log_w = lw - torch.logsumexp(lw, dim=-1, keepdim=True)
+    neighbour_log_w = log_w.gather(-1, index.to(lw.device).flatten(-2)).view(index.shape)
+    log_wx = torch.logsumexp(neighbour_log_w, dim=-1)
     log_vx = log_unit_ball_volume(dim) + dim * _safe_log(
-        neighbors.distances[:, k - 1].to(lw.device, torch.float64), min_distance
+        neighbors.distances[..., k - 1].to(lw.device, torch.float64), min_distance
     )
     const = math.log(k) - _digamma(k)
-    entropy = -(torch.exp(log_wx) / k * (log_wx - log_vx)).sum() + const
-    kl = (math.log(k) - math.log(n) - log_wx).mean()
+    entropy = -(torch.exp(log_wx) / k * (log_wx - log_vx)).sum(dim=-1) + const
+    kl = (math.log(k) - math.log(n) - log_wx).mean(dim=-1)
     return WeightedEntropy(entropy=entropy, kl=kl)
 
 

@@ -226,14 +226,13 @@ class ImportanceWeightedObjective:
             return collective.entropy, collective.kl
         n = log_weights.shape[0] // m
         grouped = measurement.grouped
-        entropies, kls = [], []
-        for i in range(m):  # per-member pools of the inner update, not the rollout hot path
-            rows = slice(i * n, (i + 1) * n)
-            local = Neighbors(grouped.distances[rows], grouped.indices[rows] - i * n)
-            out = importance_weighted_entropy(log_weights[rows], local, p, min_distance=floor)
-            entropies.append(out.entropy)
-            kls.append(out.kl)
-        individual, kl_ind = torch.stack(entropies).mean(), torch.stack(kls).mean()
+        # Member i owns rows i*n .. (i+1)*n - 1; its neighbours as indices within its block.
+        offsets = torch.arange(m, device=grouped.indices.device).view(m, 1, 1) * n
+        local = Neighbors(
+            grouped.distances.view(m, n, -1), grouped.indices.view(m, n, -1) - offsets
+        )
+        out = importance_weighted_entropy(log_weights.view(m, n), local, p, min_distance=floor)
+        individual, kl_ind = out.entropy.mean(), out.kl.mean()
         objective = (1 - self.beta) * individual + self.beta * collective.entropy
         return objective, (1 - self.beta) * kl_ind + self.beta * collective.kl
 
