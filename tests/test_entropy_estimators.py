@@ -40,7 +40,7 @@ def gaussian_entropy(p: int, s: float = 1.0) -> float:
 
 
 def reference_kl(x: np.ndarray, k: int) -> float:
-    """FORMULAS 1 written out literally with scipy (kd-tree, gammaln, digamma), float64."""
+    """docs/algorithms.md §1 written out with scipy (kd-tree, gammaln, digamma), float64."""
     n, p = x.shape
     r, _ = cKDTree(x).query(x, k=k + 1)
     rk = r[:, k]
@@ -235,7 +235,7 @@ def test_identical_members_have_no_diversity() -> None:
 
 
 def reference_weighted(x: np.ndarray, log_w: np.ndarray, k: int) -> tuple[float, float]:
-    """FORMULAS 4 written out with scipy and explicit normalisation, float64."""
+    """docs/algorithms.md §4 written out with scipy and explicit normalisation, float64."""
     n, p = x.shape
     r, idx = cKDTree(x).query(x, k=k + 1)
     w = np.exp(log_w - log_w.max())

@@ -1,4 +1,4 @@
-"""Adaptive policy synchronisation (APS, FORMULAS 9): the decision rule and its counters.
+"""Adaptive policy synchronisation (APS, docs/algorithms.md §9): the decision rule and its counters.
 
 The learner holds policy version ``v``; worker ``w`` acts with ``v_w <= v``. After every update
 the learner measures, on the states of the worker's last batch ``S_w``,
@@ -69,9 +69,9 @@ class AdaptiveSync:
     Args:
         delta: KL threshold; ``0`` syncs after every update that changes the policy at all.
         max_lag: also sync a worker whose policy is this many versions behind, whatever its
-            drift (None: KL alone decides, as in FORMULAS 9). A safety net for learners whose
-            updates are anchored to the behaviour policy (PPO's clipping): their drift can
-            level off below ``delta``, and then KL alone never syncs again.
+            drift (None: KL alone decides, as in docs/algorithms.md §9). A safety net for
+            learners whose updates are anchored to the behaviour policy (PPO's clipping): their
+            drift can level off below ``delta``, and then KL alone never syncs again.
 
     Example:
         >>> aps = AdaptiveSync(delta=0.01)

@@ -69,7 +69,7 @@ class WorkerConfig:
 
 @dataclass
 class APSConfig:
-    """Adaptive policy synchronisation (FORMULAS 9).
+    """Adaptive policy synchronisation (docs/algorithms.md §9).
 
     Attributes:
         delta: KL threshold in nats; 0 syncs after every update.

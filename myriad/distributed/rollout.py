@@ -1,4 +1,4 @@
-"""Worker-side inference with adaptive policy synchronisation (APS, FORMULAS 9).
+"""Worker-side inference with adaptive policy synchronisation (APS, docs/algorithms.md §9).
 
 Each worker of a :class:`~myriad.distributed.RemoteVecEnv` holds a copy of the policy, acts for
 ``T`` steps and returns a batch with the behaviour distribution parameters and log-probabilities.

@@ -1,4 +1,4 @@
-"""Grid coverage (FORMULAS 10): the fraction of reachable cells visited at least once.
+"""Grid coverage (docs/algorithms.md §10): the fraction of reachable cells visited at least once.
 
 A fixed grid of ``cells[d]`` equal bins per dimension covers the declared feature bounds
 ``[low, high]`` (closed: a point exactly on ``high`` falls in the last bin). Points outside the

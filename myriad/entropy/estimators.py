@@ -98,7 +98,7 @@ def kl_entropy(
     search: KNNSearch | None = None,
     min_distance: float = DEFAULT_MIN_DISTANCE,
 ) -> torch.Tensor:
-    """Kozachenko-Leonenko entropy (nats) of the sample ``x [N, p]`` (FORMULAS 1).
+    """Kozachenko-Leonenko entropy (nats) of the sample ``x [N, p]`` (docs/algorithms.md §1).
 
     Args:
         x: samples ``[N, p]``.
@@ -118,7 +118,7 @@ def kl_entropy(
 
 @dataclass(frozen=True)
 class PopulationEntropy:
-    """Entropy terms of a population (FORMULAS 2), all in nats (float64 tensors).
+    """Entropy terms of a population (docs/algorithms.md §2), all in nats (float64 tensors).
 
     Attributes:
         collective: ``H(X)`` of the pooled batch (scalar).
@@ -152,7 +152,7 @@ def population_entropy(
     search: KNNSearch | None = None,
     min_distance: float = DEFAULT_MIN_DISTANCE,
 ) -> PopulationEntropy:
-    """Collective, individual and diversity entropies of a population (FORMULAS 2).
+    """Collective, individual and diversity entropies of a population (docs/algorithms.md §2).
 
     One kNN query over the pooled set and one per-group query (all groups in one call).
 
@@ -212,7 +212,8 @@ def importance_weighted_entropy(
     *,
     min_distance: float = DEFAULT_MIN_DISTANCE,
 ) -> WeightedEntropy:
-    """``H_w`` and ``D_KL`` of FORMULAS 4 from unnormalised log-weights and fixed neighbours.
+    """``H_w`` and ``D_KL`` (docs/algorithms.md §4) from unnormalised log-weights and fixed
+    neighbours.
 
     Weights are normalised to sum 1 over the pool in log space (``log_softmax``), and
     ``log W_x = logsumexp`` over ``x``'s neighbours, so extreme ratios neither overflow nor
@@ -305,7 +306,7 @@ def cumulative_log_ratio(log_ratio: torch.Tensor, episode_start: torch.Tensor) -
     """Per-trajectory running sum of log-ratios: ``sum_{t' <= t} log pi_new - log pi_old``.
 
     The sum restarts at every step where ``episode_start`` is True (and at ``t = 0``), so each
-    particle's weight covers its own trajectory only (FORMULAS 4). Vectorised over time.
+    particle's weight covers its own trajectory only (docs/algorithms.md §4). Vectorised over time.
 
     Args:
         log_ratio: ``[T, E]`` per-step ``log pi_theta(a|s) - log pi_theta_old(a|s)``.
@@ -345,7 +346,7 @@ def knn_reward(
     c: float = 1.0,
     search: KNNSearch | None = None,
 ) -> torch.Tensor:
-    """Per-state intrinsic reward of FORMULAS 3 for a pooled batch.
+    """Per-state intrinsic reward of docs/algorithms.md §3 for a pooled batch.
 
     ``r(x) = (1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``: one kNN query on the
     pooled set (skipped at ``beta = 0``) and one per-group query for all members at once
@@ -381,7 +382,7 @@ def knn_reward(
 
 
 class KNNReward(nn.Module):
-    """Per-state kNN reward with running feature normalisation (FORMULAS 3).
+    """Per-state kNN reward with running feature normalisation (docs/algorithms.md §3).
 
     Features are divided by the running standard deviation (``RunningMeanStd.scale``: no
     centring or clipping, which would distort distances) so that dimensions are comparable; the

@@ -90,7 +90,7 @@ class FeatureSpec:
     Attributes:
         names: one name per feature dimension, e.g. ``("x", "y")``.
         low, high: bounds of each feature; the features of every reachable state lie inside.
-        cells: grid resolution per dimension for coverage (FORMULAS 10).
+        cells: grid resolution per dimension for coverage (docs/algorithms.md §10).
         reachable: optional bool grid of shape ``cells`` (one axis per feature, in feature
             order), ``True`` for cells a state can occupy. None: every cell counts.
     """
@@ -136,8 +136,8 @@ class FeatureSpec:
         num_groups: int | None = None,
         reachable: torch.Tensor | None = None,
     ) -> Any:
-        """Grid coverage (FORMULAS 10) of ``features [N, p]`` on this spec's cells, counting
-        only its reachable cells: :func:`myriad.entropy.coverage` with this spec's grid.
+        """Grid coverage (docs/algorithms.md §10) of ``features [N, p]`` on this spec's cells,
+        counting only its reachable cells: :func:`myriad.entropy.coverage` with this spec's grid.
 
         Args:
             features: visited states' features ``[N, p]``.

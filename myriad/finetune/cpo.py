@@ -1,4 +1,4 @@
-"""CPO: SAPG plus three couplings between the followers and the leader (FORMULAS 7).
+"""CPO: SAPG plus three couplings between the followers and the leader (docs/algorithms.md §7).
 
 - KL penalty: each follower's advantage becomes ``A_f - lambda * (log pi_f(a|s) - log pi_L(a|s))``
   (:meth:`CPO.advantages`). The penalty is subtracted after the per-member normalisation, so

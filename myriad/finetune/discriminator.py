@@ -1,4 +1,4 @@
-"""CPO's adversarial diversity reward: a classifier q(i | s, a) over members (FORMULAS 7).
+"""CPO's adversarial diversity reward: a classifier q(i | s, a) over members (algorithms.md §7).
 
 Each rollout is labelled with the member that acted in every env (the env-to-member mapping of
 the storage, whatever it is), each follower's reward gets ``c_adv * log q(i|s,a)`` (it pays for

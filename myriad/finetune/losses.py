@@ -1,4 +1,4 @@
-"""Loss pieces of the finetuning algorithms as pure functions (FORMULAS 6-8).
+"""Loss pieces of the finetuning algorithms as pure functions (docs/algorithms.md §6-8).
 
 Shapes: ``N`` samples, ``M`` members, ``F`` followers. Everything here is differentiable where
 its inputs are and free of host syncs, so the algorithms can call it on every minibatch.

@@ -1,4 +1,4 @@
-"""Population-based training: PPO members with their own hyperparameters (FORMULAS 8).
+"""Population-based training: PPO members with their own hyperparameters (docs/algorithms.md §8).
 
 Every member carries three hyperparameters, ``lr_scale``, ``entropy_coef`` and ``clip``:
 

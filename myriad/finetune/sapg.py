@@ -1,4 +1,4 @@
-"""SAPG: a leader that learns from its followers' data (FORMULAS 6).
+"""SAPG: a leader that learns from its followers' data (docs/algorithms.md §6).
 
 Member 0 is the leader, members 1..M-1 the followers. Every member runs PPO on its own rows with
 its own entropy coefficient (:func:`~myriad.finetune.losses.sapg_entropy_coefficients`). The

@@ -2,8 +2,8 @@
 
 :class:`EntropyMeasurement` runs the two k-NN queries of a rollout once (pooled and per member, on
 features scaled by their running standard deviation) and derives from them everything the
-iteration needs: the reported entropies (FORMULAS 2), the per-state reward (FORMULAS 3) and the
-neighbours of the importance-weighted estimator (FORMULAS 4).
+iteration needs: the reported entropies (docs/algorithms.md §2), the per-state reward (§3)
+and the neighbours of the importance-weighted estimator (§4).
 
 - :class:`KNNRewardObjective` (``objective=knn_reward``, default): rewards go into the rollout and
   PPO updates the population.
@@ -75,7 +75,8 @@ class Measurement:
         return self.collective - self.individual.mean()
 
     def reward(self, beta: float, c: float) -> torch.Tensor:
-        """FORMULAS 3: ``(1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``, ``[T, E]``."""
+        """``(1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``, ``[T, E]``
+        (docs/algorithms.md §3)."""
         k = self.k
         r = beta * torch.log(c + self.pooled.distances[:, k - 1])
         r = r + (1.0 - beta) * torch.log(c + self.grouped.distances[:, k - 1])
@@ -154,7 +155,7 @@ class EntropyMeasurement:
 
 
 class KNNRewardObjective:
-    """Per-state k-NN reward (FORMULAS 3) optimised with PPO.
+    """Per-state k-NN reward (docs/algorithms.md §3) optimised with PPO.
 
     Args:
         algorithm: the PPO instance updating the population.
@@ -180,7 +181,7 @@ class KNNRewardObjective:
 
 
 class ImportanceWeightedObjective:
-    """The importance-weighted k-NN entropy with a KL trust region (FORMULAS 4).
+    """The importance-weighted k-NN entropy with a KL trust region (docs/algorithms.md §4).
 
     Neighbours come from the rollout (computed once); each inner step re-weights the batch by
     the cumulative likelihood ratio of the current policy, ascends

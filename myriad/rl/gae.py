@@ -1,4 +1,4 @@
-"""Generalised advantage estimation with bootstrapping on truncation (FORMULAS 5)."""
+"""Generalised advantage estimation with bootstrapping on truncation (docs/algorithms.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PPO loss pieces as pure functions (FORMULAS 5).
+"""PPO loss pieces as pure functions (docs/algorithms.md §5).
 
 Shapes: ``B`` samples in a minibatch, ``M`` members. Per-sample losses are returned unreduced
 where an algorithm may want to weight or mask samples before averaging.
