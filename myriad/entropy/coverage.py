@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from myriad.entropy.knn import _check_points, _GroupLayout
+from myriad.entropy.knn import GroupLayout, check_points
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def cell_index(
         ``(cell [N] int64, inside [N] bool)``; ``cell`` is meaningful where ``inside``, and
         indexes ``reachable.flatten()`` for a grid of shape ``cells``.
     """
-    _check_points(points, "points")
+    check_points(points, "points")
     p = points.shape[1]
     lo = _bounds(low, "low", p, points.device)
     hi = _bounds(high, "high", p, points.device)
@@ -142,7 +142,7 @@ def coverage(
     n_cells = math.prod(shape)
     if group is None and num_groups is None:
         num_groups = 1
-    layout = _GroupLayout.build(points, group, num_groups)
+    layout = GroupLayout.build(points, group, num_groups)
     m = layout.num_groups
     if n_cells * m >= 2**62:
         raise ValueError(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from myriad.entropy.knn import KNNSearch, Neighbors, _GroupLayout
+from myriad.entropy.knn import GroupLayout, KNNSearch, Neighbors
 from myriad.utils.running_stats import RunningMeanStd
 
 #: Floor applied to k-NN distances before their logarithm (duplicate-point guard).
@@ -166,7 +166,7 @@ def population_entropy(
         min_distance: floor on distances before the log (duplicate-point guard).
     """
     search = search or KNNSearch()
-    layout = _GroupLayout.build(x, group, num_groups)
+    layout = GroupLayout.build(x, group, num_groups)
     p = x.shape[1]
     collective = kl_entropy_from_distances(
         search(x, k).distances[:, k - 1], p, k, min_distance=min_distance
