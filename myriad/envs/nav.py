@@ -309,6 +309,7 @@ _LAYOUT_DEFAULTS = {
     "nav-four-rooms": ("four_rooms", 200, "Sutton's four rooms"),
     "nav-u-maze": ("u_maze", 100, "a small U-shaped corridor"),
     "nav-maze": ("maze", 400, "an 8 x 8-cell maze (17 x 17 map), goal in the far corner"),
+    "nav-three-routes": ("three_routes", 200, "three corridors of 24 cells from start to goal"),
 }
 for _name, (_layout, _steps, _desc) in _LAYOUT_DEFAULTS.items():
     register(

@@ -105,6 +105,7 @@ def report(summary: dict[str, Any], folder: Path) -> None:
         ("leader success (deterministic)", f"{100 * final.get('eval/leader_success', 0):.1f}%"),
         ("leader return (deterministic)", f"{final.get('eval/leader_return', float('nan')):.3f}"),
     ]
+    rows.extend(solution_rows(summary))
     init = summary.get("init")
     if init:
         rows.append(("initialised from", str(init["source"])))
@@ -120,3 +121,43 @@ def report(summary: dict[str, Any], folder: Path) -> None:
             ("summary", folder / "summary.json"),
         ],
     )
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def solution_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """Report rows of the final evaluation's solutions and of ``eval.perturb``'s robustness."""
+    rows: list[tuple[str, str]] = []
+    final = summary.get("final_eval") or {}
+    if "eval/population_success" in final:
+        rows.append(("best member success", _percent(final["eval/population_success"])))
+    solutions = summary.get("solutions")
+    if solutions:
+        share = solutions["min_share"]
+        rows.append(
+            (
+                "distinct solutions (population)",
+                f"{solutions['count']} (routes with >= {100 * share:.0f}% of the successes)",
+            )
+        )
+        routes = solutions["member_route"]
+        rows.append(
+            ("route per member", ", ".join(f"{m}: {r or '-'}" for m, r in enumerate(routes)))
+        )
+    robustness = summary.get("robustness")
+    if robustness:
+        before, after = robustness["before"], robustness.get("after")
+        if after is None:
+            rows.append(("leader's route walled off", robustness.get("reason", "not evaluated")))
+        else:
+            text = (
+                f"best member {_percent(before['population_success'])} -> "
+                f"{_percent(after['population_success'])}, leader "
+                f"{_percent(before['leader_success'])} -> {_percent(after['leader_success'])}"
+            )
+            if not robustness.get("goal_reachable", True):
+                text += " (the walls cut the start off the goal)"
+            rows.append((f"route {robustness.get('route', '?')} walled off", text))
+    return rows

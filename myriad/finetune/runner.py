@@ -18,9 +18,10 @@ from myriad.envs import make, make_from_config
 from myriad.envs.base import TensorVecEnv, VecEnv
 from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.diagnostics import Diagnostics
-from myriad.finetune.evaluation import evaluate_members
+from myriad.finetune.evaluation import PopulationEvaluation, PopulationEvaluator
 from myriad.finetune.init import InitReport, build_population, initialise
 from myriad.finetune.plots import kl_heatmap, overview
+from myriad.finetune.route_plots import route_map
 from myriad.finetune.tracking import TaskStatsEnv, member_scalars
 from myriad.nn.population import block_members
 from myriad.rl.collector import RolloutCollector
@@ -116,6 +117,12 @@ class FinetuneRunner(RunnerBase):
         )
         self.init_report: InitReport | None = None
         self.final_eval: dict[str, float] | None = None
+        self.evaluator = PopulationEvaluator.from_config(
+            dict(cfg.get("eval") or {}), env, self.make_env, size, self.seed + _EVAL_SEED_OFFSET
+        )
+        self.last_evaluation: PopulationEvaluation | None = None
+        self.solutions: dict[str, Any] | None = None
+        self.robustness: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- set-up
 
@@ -179,20 +186,13 @@ class FinetuneRunner(RunnerBase):
         return out
 
     def evaluate_leader(self, episodes: int) -> dict[str, float]:
-        """The leader's success rate and mean return over ``episodes`` deterministic episodes
-        in fresh envs (``eval/leader_success``, ``eval/leader_return``)."""
-        scores = evaluate_members(
-            self.model,
-            self.make_env,
-            [self.leader],
-            episodes,
-            deterministic=True,
-            seed=self.seed + _EVAL_SEED_OFFSET,
-        )
-        return {
-            "eval/leader_success": float(scores.success[0]),
-            "eval/leader_return": float(scores.returns[0]),
-        }
+        """``episodes`` deterministic episodes of every member in fresh envs, one batched
+        rollout (:class:`PopulationEvaluator`): the leader's success rate and mean return
+        (``eval/leader_success``, ``eval/leader_return``), the best member's success rate
+        (``eval/population_success``) and the number of distinct solutions
+        (``eval/distinct_solutions``)."""
+        self.last_evaluation = self.evaluator.evaluate(self.model, self.leader, episodes)
+        return dict(self.last_evaluation.scalars)
 
     # ---------------------------------------------------------------- results
 
@@ -202,13 +202,44 @@ class FinetuneRunner(RunnerBase):
         out["leader"] = self.leader
         out["init"] = self.init_report.to_dict() if self.init_report else None
         out["final_eval"] = self.final_eval
+        out["solutions"] = self.solutions
+        out["robustness"] = self.robustness
+        history = self.logger.history
+        out["evaluations"] = [
+            {"iteration": i, "env_steps": i * self.steps_per_iteration}
+            | {k: dict(history[k]).get(i) for k in sorted(history) if k.startswith("eval/")}
+            for i, _ in history.get("eval/leader_success", [])
+        ]
         return out
 
     def finish(self) -> dict[str, Any]:
         """Evaluate the leader, write the heatmap, overview and ``summary.json``; returns the
         summary."""
-        self.final_eval = self.evaluate_leader(int(self.config["eval"]["final_episodes"]))
+        final_episodes = int(self.config["eval"]["final_episodes"])
+        self.final_eval = self.evaluate_leader(final_episodes)
+        final = self.last_evaluation
+        assert final is not None
+        self.solutions = final.to_dict(self.evaluator.regions)
+        perturbed, perturbed_layout = None, None
+        if self.evaluator.perturb:
+            self.robustness, perturbed, perturbed_layout = self.evaluator.robustness(
+                self.model, self.leader, final_episodes, final
+            )
         plots = []
+        if self.plots:
+            plots.append(
+                route_map(
+                    self.plots_dir / "routes.png",
+                    final,
+                    self.evaluator.regions,
+                    self.env.features,
+                    self.leader,
+                    perturbed,
+                    perturbed_layout,
+                    (self.robustness or {}).get("blocked_cells"),
+                    title=f"{self.config['algo']['name']} on {self.config['env']['name']}",
+                )
+            )
         if self.plots and self.diagnostics.last_matrix is not None:
             plots.append(
                 kl_heatmap(
