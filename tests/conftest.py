@@ -1,4 +1,12 @@
-"""Shared test set-up: deterministic torch, modest threading on the 2-core CI machine."""
+"""Shared test set-up: deterministic torch, modest threading on the 2-core CI machine, and one tiny
+pretraining run shared by the tests that only read a finished run (or copy it before changing it).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -7,7 +15,54 @@ torch.set_num_threads(1)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
+#: The tiny pretraining every run-folder, dataset and resume test starts from: 4 iterations of
+#: 16 steps x 64 envs, checkpoints at iterations 2 and 4.
+TINY_PRETRAIN: tuple[str, ...] = (
+    "env=four_rooms",
+    "num_envs=64",
+    "num_steps=16",
+    "population.size=4",
+    "population.hidden=[32,32]",
+    "ppo.epochs=2",
+    "ppo.minibatches=2",
+    "iterations=4",
+    "checkpoint_every=2",
+    "keep_checkpoints=null",
+    "progress=false",
+    "env.options.max_episode_steps=20",
+)
+
+
+@dataclass(frozen=True)
+class PretrainedRun:
+    """A finished run of :data:`TINY_PRETRAIN`.
+
+    Attributes:
+        path: the run folder; tests must not change it (use :meth:`copy`).
+        overrides: the overrides it was run with.
+        summary: what ``pretrain`` returned.
+    """
+
+    path: Path
+    overrides: tuple[str, ...]
+    summary: dict
+
+    def copy(self, target: Path) -> Path:
+        """A private copy of the run folder at ``target``, for tests that resume or break it."""
+        shutil.copytree(self.path, target)
+        return target
+
 
 @pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrain(tmp_path_factory: pytest.TempPathFactory) -> PretrainedRun:
+    """One :data:`TINY_PRETRAIN` run per test process (each xdist worker runs its own)."""
+    from myriad.pretrain import pretrain
+
+    folder = tmp_path_factory.mktemp("tiny_pretrain") / "run"
+    summary = pretrain(list(TINY_PRETRAIN), run_dir=folder, quiet=True)
+    return PretrainedRun(folder, TINY_PRETRAIN, summary)

@@ -2,13 +2,10 @@
 resumed run after its writer was killed."""
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -19,29 +16,10 @@ from myriad.datasets import load, read_d4rl
 from myriad.datasets.schema import ROW_KEYS
 from myriad.utils.optional import available
 
-TINY = [
-    "env=four_rooms",
-    "num_envs=32",
-    "num_steps=16",
-    "population.size=4",
-    "population.hidden=[16,16]",
-    "ppo.epochs=1",
-    "ppo.minibatches=1",
-    "iterations=6",
-    "checkpoint_every=2",
-    "keep_checkpoints=null",
-    "progress=false",
-    "env.options.max_episode_steps=20",
-]
 
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from myriad.pretrain import pretrain
-
-    folder = tmp_path_factory.mktemp("tools") / "run"
-    pretrain(TINY, run_dir=folder, quiet=True)
-    return folder
+@pytest.fixture
+def run(tiny_pretrain):
+    return tiny_pretrain.path
 
 
 def _same(a, b) -> None:
@@ -99,7 +77,7 @@ def test_export_relabels_task_rewards(run, tmp_path):
 def test_info_reports_counts_and_coverage(run, capsys):
     assert main(["dataset", "info", str(run), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["steps"] == 6 * 16 * 32
+    assert info["steps"] == 4 * 16 * 64
     assert sorted(info["members"]) == ["0", "1", "2", "3"]
     assert 0 < info["coverage_union"] <= 1
     assert all(0 < m["coverage"] <= info["coverage_union"] for m in info["members"].values())
@@ -131,36 +109,49 @@ def test_validate_accepts_good_and_rejects_broken(run, tmp_path, capsys):
     assert main(["dataset", "validate", str(tmp_path / "missing.hdf5")]) == 1
 
 
-_CHILD = (
-    "import sys; from myriad.pretrain import pretrain; "
-    "pretrain(sys.argv[2:], run_dir=sys.argv[1], quiet=True)"
-)
+# The child wraps RowSegments.append, the one call that puts dataset rows on disk, and kills
+# itself with SIGKILL right after the first rows written once the iteration-2 checkpoint exists:
+# rows past the checkpoint are on disk, which the resumed run must cut back.
+_CHILD = """
+import os, signal, sys
+from pathlib import Path
+from myriad.datasets.segments import RowSegments
+from myriad.pretrain import pretrain
+
+run, checkpoint = Path(sys.argv[1]), Path(sys.argv[2])
+append = RowSegments.append
+
+def append_then_die(self, rows):
+    written = append(self, rows)
+    if checkpoint.exists():
+        os.kill(os.getpid(), signal.SIGKILL)
+    return written
+
+RowSegments.append = append_then_die
+pretrain(sys.argv[3:], run_dir=run, quiet=True)
+"""
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_without_lost_or_duplicated_rows(run, tmp_path):
-    """SIGKILL a pretraining process after a checkpoint (while it keeps writing rows past it),
-    resume it, and compare the dataset with the uninterrupted run's, row for row."""
+def test_killed_run_resumes_without_lost_or_duplicated_rows(tiny_pretrain, tmp_path):
+    """SIGKILL a pretraining process in iteration 3, after rows past its iteration-2 checkpoint
+    were written, resume it, and compare the dataset with the uninterrupted run's, row for row."""
     from myriad.pretrain import pretrain
 
     killed = tmp_path / "killed"
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(killed), *TINY])
-    checkpoint = killed / "checkpoints" / "iter_000004.pt"
-    deadline = time.monotonic() + 120
-    while not checkpoint.exists() and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)  # into iteration 5, which appends rows after the checkpoint
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    assert checkpoint.exists(), "the child never reached its checkpoint"
+    checkpoint = killed / "checkpoints" / "iter_000002.pt"
+    argv = [sys.executable, "-c", _CHILD, str(killed), str(checkpoint), *tiny_pretrain.overrides]
+    child = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert checkpoint.exists() and not (killed / "checkpoints" / "iter_000004.pt").exists()
     partial = killed / "dataset" / "transitions.hdf5.partial"
     assert partial.is_dir() and not (killed / "dataset" / "transitions.hdf5").exists()
     with pytest.raises(ValueError, match="not completed"):
         read_d4rl(killed / "dataset" / "transitions.hdf5")
-    pretrain(["iterations=6"], resume=killed, quiet=True)
-    a = read_d4rl(run / "dataset" / "transitions.hdf5")
+    pretrain(["iterations=4"], resume=killed, quiet=True)
+    a = read_d4rl(tiny_pretrain.path / "dataset" / "transitions.hdf5")
     b = read_d4rl(killed / "dataset" / "transitions.hdf5")
-    assert len(a["observations"]) == 6 * 16 * 32
+    assert len(a["observations"]) == 4 * 16 * 64
     for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     for key in a["infos"]:

@@ -2,7 +2,9 @@
 worker failures."""
 
 import math
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,6 +108,48 @@ def scripted_gaussian() -> LinearPolicy:
     return LinearPolicy(4, 2)
 
 
+def gated_gaussian(gate: Path) -> LinearPolicy:
+    """:func:`scripted_gaussian` whose ``action_params`` holds, in a process whose pid the test
+    armed (``gate/armed-<pid>``), until the test removes that file; it touches
+    ``gate/started-<pid>`` first. The test acts (kills a worker, lets a call run out of time)
+    while a rollout is certainly under way; a restarted worker (a new pid) is not held.
+
+    The class is defined inside this function so that Ray pickles it by value: the workers
+    cannot import this test module.
+    """
+
+    class GatedPolicy(LinearPolicy):
+        def action_params(self, obs: torch.Tensor, member: torch.Tensor):
+            armed = gate / f"armed-{os.getpid()}"
+            if armed.exists():
+                (gate / f"started-{os.getpid()}").touch()
+                deadline = time.monotonic() + 120.0
+                while armed.exists():
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the test never released the gate")
+                    time.sleep(0.01)
+            return super().action_params(obs, member)
+
+    return GatedPolicy(4, 2)
+
+
+def arm(gate: Path, env) -> list[int]:
+    """Arm the gate in every worker process of ``env``; returns their pids."""
+    pids = [int(ray.get(a.ready.remote(), timeout=60)["pid"]) for a in env.actors]
+    for pid in pids:
+        (gate / f"armed-{pid}").touch()
+    return pids
+
+
+def wait_started(gate: Path, pids: list[int], timeout: float = 60.0) -> None:
+    """Block until every process in ``pids`` is held at the gate."""
+    deadline = time.monotonic() + timeout
+    while not all((gate / f"started-{pid}").exists() for pid in pids):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"workers {pids} did not reach the gate in {timeout:g} s")
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize(("delta", "expected"), [(0.0, 5), (0.01, 2), (1.0, 0)])
 def test_aps_gaussian_hand_checked_syncs(remote, delta, expected):
     policy = scripted_gaussian()
@@ -193,7 +237,7 @@ def wait_until_restarted(actor, timeout: float = 60.0) -> None:
     raise AssertionError("the killed actor was not restarted")
 
 
-def test_killed_worker_restarts_reseeded_and_counts_stay_exact(ray_session):
+def test_killed_worker_restarts_reseeded_and_counts_stay_exact(ray_session, tmp_path):
     config = {
         "workers": {"num_workers": 2, "max_restarts": 3, **WORKER},
         "aps": {"horizon": 2, "delta": 0.0},
@@ -222,32 +266,39 @@ def test_killed_worker_restarts_reseeded_and_counts_stay_exact(ray_session):
 
         # Worker-side inference: killed in the middle of its rollout, the worker is restarted,
         # gets the current weights, and its batch is redone: never delivered twice or missing.
-        policy = scripted_gaussian()
+        gate = tmp_path / "gate"
+        gate.mkdir()
+        policy = gated_gaussian(gate)
         collector = APSCollector.from_config(env, policy, config)
         collector.collect()
         with torch.no_grad():
             policy.bias += 0.3
         collector.publish()
-        collector.horizon = 1500  # long enough to be running when the kill lands
+        collector.horizon = 3
+        pids = arm(gate, env)
         collector.collect_async()
-        time.sleep(0.3)
-        ray.kill(env.actors[0], no_restart=False)
+        wait_started(gate, pids)  # both workers are inside their rollout
+        ray.kill(env.actors[0], no_restart=False)  # held until killed; its restart is not armed
+        (gate / f"armed-{pids[1]}").unlink()
         batch = collector.collect_wait()
         assert env.stats.restarts == [1, 1]
         assert [m["restarted"] for m in batch.workers] == [True, False]
         assert [m["index"] for m in batch.workers] == [1, 1]
         assert collector.batches == [2, 2]
-        assert collector.env_steps == 4 * (2 + 1500)
+        assert collector.env_steps == 4 * (2 + 3)
         assert batch.version.tolist() == [1, 1, 1, 1]  # the restarted worker got version 1
         assert torch.allclose(batch.params["mean"][:, :2], torch.tensor(0.3))
         assert collector.stats()["restart_syncs"] == 1
         assert [c["rollouts"] for c in env.worker_counters()] == [1, 2]
 
-        # A call that outlives its bound raises instead of hanging.
+        # A call that outlives its bound raises instead of hanging: the workers are held at the
+        # gate until the error has been raised.
+        pids = arm(gate, env)
         env.timeout_s = 0.5
-        collector.horizon = 200_000
         with pytest.raises(WorkerTimeoutError, match="no answer"):
             collector.collect()
+        for pid in pids:
+            (gate / f"armed-{pid}").unlink()
 
         # Deaths beyond the restart budget end the run with an error, not a retry loop.
         env.max_restarts, env.timeout_s = 1, 30.0

@@ -71,18 +71,27 @@ def test_resume_is_exact(tmp_path, algo):
             assert hist_a[key] == hist_b[key], key
 
 
-@pytest.mark.parametrize("algo", ["sapg", "ppo"])
-def test_run_folder_and_diagnostics(tmp_path, algo):
-    r = runner(tmp_path, algo, "run", f"plots={algo == 'sapg'}")
+# The leader's success is known from geometry whatever the policy. nav-empty starts within 0.4
+# cells (per axis) of (6.5, 6.5) and moves at most 0.5 cells per axis per step. A goal at the
+# start with radius 1.5 is reached on the first step (0.4 + 0.5 < 1.5 / sqrt(2)); the default
+# goal (10.5, 1.5) is 5 - 0.4 - 0.5 = 4.1 cells away in y, more than 6 steps can cover.
+GOAL_AT_START = ["+env.options.goal=[6.5,6.5]", "+env.options.goal_radius=1.5"]
+
+
+@pytest.mark.parametrize(
+    ("algo", "goal", "success"), [("sapg", GOAL_AT_START, 1.0), ("ppo", [], 0.0)]
+)
+def test_run_folder_and_diagnostics(tmp_path, algo, goal, success):
+    r = runner(tmp_path, algo, "run", f"plots={algo == 'sapg'}", *goal)
     r.learn(2)
     summary = r.finish()
     r.close()
     folder = tmp_path / "run"
     written = json.loads((folder / "summary.json").read_text())
     assert written["algo"] == algo
-    # eval.final_episodes=2: the success rate is one of 0, 1/2, 1 and the summary repeats it.
     assert written["final_eval"] == summary["final_eval"]
-    assert written["final_eval"]["eval/leader_success"] in (0.0, 0.5, 1.0)
+    assert written["final_eval"]["eval/leader_success"] == success
+    assert summary["scalars"]["episode/success"] == success
     assert (folder / "config.yaml").is_file()
     assert (folder / "checkpoints" / "iter_000002.pt").is_file()
     assert list(folder.glob("events.out.tfevents.*"))
