@@ -80,7 +80,7 @@ def _check_envs(args: argparse.Namespace) -> int:
 def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
     from myriad.pretrain.api import pretrain
 
-    pretrain(overrides, resume=args.resume, run_dir=args.run_dir)
+    pretrain(overrides, resume=args.resume, run_dir=args.run_dir, overwrite=args.overwrite)
     return 0
 
 
@@ -88,7 +88,12 @@ def _cmd_finetune(args: argparse.Namespace, overrides: list[str]) -> int:
     from myriad.finetune.api import finetune
 
     finetune(
-        args.algo, overrides, init=args.init, resume=args.resume, run_dir=args.run_dir
+        args.algo,
+        overrides,
+        init=args.init,
+        resume=args.resume,
+        run_dir=args.run_dir,
+        overwrite=args.overwrite,
     )
     return 0
 
@@ -118,7 +123,25 @@ def _parse_goal(text: str | None) -> tuple[float, float] | None:
 def _parse_members(values: list[str] | None) -> list[int] | None:
     if not values:
         return None
-    return [int(v) for item in values for v in item.split(",") if v.strip()]
+    try:
+        members = [int(v) for item in values for v in item.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"--members takes member indices (0 3 or 0,3), got {' '.join(values)!r}"
+        ) from exc
+    if any(m < 0 for m in members):
+        raise argparse.ArgumentTypeError(f"--members must be >= 0, got {members}")
+    return members
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -137,8 +160,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         )
     except (ValueError, argparse.ArgumentTypeError, FileExistsError) as exc:
         # Incomplete sources, unknown members, existing outputs: one line, not a traceback.
-        print(f"myriad: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(exc)
     rate = result.rows / max(result.seconds, 1e-9)
     print(
         f"exported {result.rows:,} rows to {result.path} ({args.format}) in "
@@ -156,9 +178,8 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
     if args.action == "info":
         try:
             info = dataset_info(args.path)
-        except ValueError as exc:  # an incomplete dataset: say so and fail
-            print(f"myriad: error: {exc}", file=sys.stderr)
-            return 1
+        except ValueError as exc:  # an incomplete or unreadable dataset: say so and fail
+            return _error(exc, status=1)
         print(json.dumps(info, indent=2) if args.json else info_text(info))
         return 0
     report = validate(args.path)
@@ -173,15 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
     from myriad import __version__
 
     parser.add_argument("--version", action="version", version=f"myriad {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks (also MYRIAD_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     envs = sub.add_parser("envs", help="list environments or check their contract")
     envs.add_argument("action", nargs="?", choices=["list", "check"], default="list")
     envs.add_argument("names", nargs="*", help="env names to check")
     envs.add_argument("--all", action="store_true", help="check every registered env")
-    envs.add_argument("--num-envs", type=int, default=8)
+    envs.add_argument("--num-envs", type=_positive_int, default=8)
     envs.add_argument("--device", default="cpu")
-    envs.add_argument("--steps", type=int, default=64)
+    envs.add_argument("--steps", type=_positive_int, default=64)
     envs.add_argument("--seed", type=int, default=0)
 
     pre = sub.add_parser(
@@ -190,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pre.add_argument("--resume", metavar="RUN", help="run folder or checkpoint to continue")
     pre.add_argument("--run-dir", help="run folder (default runs/pretrain/<env>-<time>)")
+    pre.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in --run-dir"
+    )
 
     fine = sub.add_parser(
         "finetune",
@@ -202,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fine.add_argument("--resume", metavar="RUN", help="run folder or checkpoint to continue")
     fine.add_argument("--run-dir", help="run folder (default runs/finetune/<algo>-<env>-<time>)")
+    fine.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in --run-dir"
+    )
 
     bench = sub.add_parser("bench", help="benchmarks; extra flags go to the benchmark")
     bench.add_argument("which", choices=sorted(BENCHMARKS))
@@ -224,7 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--task", choices=["sparse", "dense"], help="relabel rewards with this nav task"
     )
     export.add_argument("--goal", metavar="X,Y", help="the task's goal (default: the env's)")
-    export.add_argument("--chunk-rows", type=int, default=16384, help="rows per read/write")
+    export.add_argument(
+        "--chunk-rows", type=_positive_int, default=16384, help="rows per read/write (>= 1)"
+    )
 
     data = sub.add_parser("dataset", help="summarise (info) or check (validate) a dataset")
     data.add_argument("action", choices=["info", "validate"])
@@ -236,11 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors caused by what the user asked for: shown as one line, not a traceback."""
+    """Errors caused by what the user asked for or gave: one line that names the fix."""
+    from myriad.datasets.recorder import DatasetStateError
+    from myriad.datasets.schema import DatasetWriteError, IncompleteDatasetError
     from myriad.envs.base import ActionError
     from myriad.envs.layout import LayoutError
     from myriad.envs.registry import UnknownEnvError
-    from myriad.utils.checkpoint import ConfigMismatchError
+    from myriad.utils.checkpoint import CheckpointError, ConfigMismatchError
     from myriad.utils.config import ConfigError
     from myriad.utils.optional import MissingDependencyError
 
@@ -250,17 +284,69 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ActionError,
         MissingDependencyError,
         FileNotFoundError,
+        FileExistsError,
         ConfigError,
         ConfigMismatchError,
+        CheckpointError,
+        DatasetStateError,
+        DatasetWriteError,
+        IncompleteDatasetError,
+        argparse.ArgumentTypeError,
     )
 
 
+def _error(exc: BaseException, status: int = 2) -> int:
+    """Print ``exc`` on one line of stderr (a message of several lines joined with "; ")."""
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = text or type(exc).__name__
+    print(f"myriad: error: {text}", file=sys.stderr)
+    return status
+
+
+def _os_error(exc: OSError) -> str:
+    """A failed read or write in words: what, where, and what to do."""
+    import errno
+
+    where = f" {exc.filename}" if exc.filename else ""
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free disk space (or raise the limit), then continue the run with --resume"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "choose a folder you can write to (--run-dir) or fix its permissions"
+    else:
+        fix = "check the path and the disk, then run again (a run continues with --resume)"
+    return f"cannot read or write{where}: {reason}; {fix}"
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("MYRIAD_DEBUG", "") not in ("", "0")
+    args = [a for a in args if a != "--debug"]
+    if debug:
+        return _dispatch(args)
     try:
-        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+        return _dispatch(args)
     except _user_errors() as exc:
-        print(f"myriad: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(exc)
+    except BrokenPipeError:
+        # The reader of our output went away (`myriad dataset validate RUN | head -1`): stop
+        # quietly, and keep Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        print(
+            "myriad: interrupted; a run continues from its last checkpoint with --resume",
+            file=sys.stderr,
+        )
+        return 130
+    except OSError as exc:
+        return _error(_os_error(exc), status=1)
+    except Exception as exc:  # an internal error: one line, the traceback on request
+        return _error(
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            " (run again with --debug or MYRIAD_DEBUG=1 for the traceback)",
+            status=1,
+        )
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -81,6 +81,8 @@ def export(
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
+    if int(chunk_rows) < 1:
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows}")
     from myriad.datasets.relabel import relabel_stream
 
     t0 = time.perf_counter()

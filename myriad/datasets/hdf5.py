@@ -15,11 +15,14 @@ renamed before it intact; HDF5 files modified in place have no such guarantee. :
 copies the segments, in order, into ``<path>`` (``attrs["complete"] = True``) through a temporary
 file and a rename. A reader that finds only ``<path>.partial`` knows the run did not finish. A
 resumed run reopens the folder and cuts it back to the row count recorded in its checkpoint, so no
-row is duplicated or lost.
+row is duplicated or lost. A writer given ``base_rows`` extends the finished file already at
+``<path>``: the new file holds those rows followed by the staged ones, and replaces the old one only
+once it is complete.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +43,7 @@ from myriad.datasets.schema import (
     partial_path,
 )
 from myriad.datasets.segments import RowSegments, check_free_space
+from myriad.utils.faults import fault_point
 
 CORE_KEYS = ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")
 
@@ -74,6 +78,8 @@ class D4RLWriter:
         resume_rows: reopen an existing partial dataset and cut it to this many rows
             (the count saved in the checkpoint being resumed).
         chunk_rows: HDF5 chunk length of the finished file.
+        base_rows: the finished file at ``path`` holds this many rows that come before the
+            staged ones (a run extended after it finished); 0: the staged rows are all.
 
     ``file`` is the handle on the staged rows: ``file.flush()`` makes them durable (the runner
     calls it when it saves a checkpoint).
@@ -88,8 +94,10 @@ class D4RLWriter:
         metadata: dict[str, Any] | None = None,
         resume_rows: int | None = None,
         chunk_rows: int = CHUNK_ROWS,
+        base_rows: int = 0,
     ) -> None:
         self.path = Path(path)
+        self.base_rows = int(base_rows)
         self.tmp = partial_path(self.path)
         self.feature_names = tuple(feature_names)
         self.chunk_rows = int(chunk_rows)
@@ -124,8 +132,11 @@ class D4RLWriter:
         """
         self.file.append(rows)
 
-    def close(self, complete: bool = True) -> Path:
+    def close(self, complete: bool = True, run_iteration: int | None = None) -> Path:
         """Close; when ``complete``, write the finished file and remove the staged rows.
+
+        ``run_iteration`` is stored as ``attrs["run_iteration"]``: the training iteration the
+        file was finished at, by which a resumed run knows the file already holds its rows.
 
         Raises:
             DatasetWriteError: the finished file could not be written; the staged rows are
@@ -138,8 +149,10 @@ class D4RLWriter:
             return self.tmp
         tmp = self.tmp / ".final.hdf5.tmp"
         try:
-            check_free_space(self.path.parent, self.file.size_bytes)
-            self._write_final(tmp)
+            base_bytes = self.path.stat().st_size if self.base_rows else 0
+            check_free_space(self.path.parent, self.file.size_bytes + base_bytes)
+            self._write_final(tmp, run_iteration)
+            fault_point("dataset.final_written")
             os.replace(tmp, self.path)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
@@ -148,11 +161,25 @@ class D4RLWriter:
                 f"{self.tmp}. Free disk space and finish it with D4RLWriter(..., "
                 f"resume_rows={self.rows}).close()"
             ) from exc
+        fault_point("dataset.published")
         self.file.remove()
         return self.path
 
-    def _write_final(self, target: Path) -> None:
-        total = self.rows
+    def _base_chunks(self) -> Iterator[Rows]:
+        """The first ``base_rows`` rows of the finished file being extended."""
+        if not self.base_rows:
+            return
+        with HDF5Reader(self.path) as base:
+            if base.num_rows < self.base_rows:
+                raise DatasetWriteError(
+                    f"{self.path} holds {base.num_rows} rows, fewer than the {self.base_rows} "
+                    "this run recorded before: it was replaced; restore it"
+                )
+            for start in range(0, self.base_rows, self.chunk_rows):
+                yield base.read(start, min(start + self.chunk_rows, self.base_rows))
+
+    def _write_final(self, target: Path, run_iteration: int | None = None) -> None:
+        total = self.base_rows + self.rows
         fields = self.spec.fields()
         specs = {k: fields[k] for k in CORE_KEYS}
         specs["infos/member"] = fields["member"]
@@ -172,13 +199,36 @@ class D4RLWriter:
                 meta.attrs[key] = metadata_attr(value)
             f.attrs["layout"] = "d4rl"
             f.attrs["complete"] = False
+            if run_iteration is not None:
+                f.attrs["run_iteration"] = int(run_iteration)
             start = 0
-            for rows in self.file:
+            for rows in itertools.chain(self._base_chunks(), self.file):
                 n = len(rows["rewards"])
                 for key, value in _columns(rows, self.feature_names).items():
                     f[key][start : start + n] = value
                 start += n
             f.attrs["complete"] = True
+
+
+def open_hdf5(path: Path | str) -> h5py.File:
+    """Open an HDF5 file for reading.
+
+    Raises:
+        IncompleteDatasetError: the file is not readable HDF5 (truncated or another format).
+    """
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise IncompleteDatasetError(
+            f"{path} is not a readable HDF5 file (truncated or of another format): {exc}"
+        ) from exc
+
+
+def is_complete(f: h5py.File) -> bool:
+    """Whether a file's writer finished. myriad's writer sets ``attrs["complete"]`` False when it
+    starts and True when it ends; a file without the attribute was written by another tool,
+    which wrote it whole."""
+    return bool(f.attrs.get("complete", True))
 
 
 class HDF5Reader:
@@ -197,15 +247,23 @@ class HDF5Reader:
             raise IncompleteDatasetError(
                 f"{self.path} was not completed: only {partial_path(self.path)} exists"
             )
-        self.file = h5py.File(self.path, "r")
-        if not self.file.attrs.get("complete", False):
+        self.file = open_hdf5(self.path)
+        if not is_complete(self.file):
             self.file.close()
             raise IncompleteDatasetError(
                 f"{self.path} is not marked complete: its writer did not finish"
             )
-        infos = self.file["infos"]
+        missing = [k for k in CORE_KEYS if k not in self.file]
+        if missing:
+            self.file.close()
+            raise IncompleteDatasetError(
+                f"{self.path} is not a D4RL-layout dataset: it has no {', '.join(missing)}"
+            )
+        # Files written by other tools may lack infos/ and metadata/ (no members, no features).
+        infos = self.file.get("infos", {})
         names = tuple(k for k in infos if k != "member")
-        metadata = decode_metadata(dict(self.file["metadata"].attrs))
+        meta_group = self.file.get("metadata")
+        metadata = decode_metadata(dict(meta_group.attrs)) if meta_group is not None else {}
         # The writer stores features in the order of metadata["feature_names"]; HDF5 lists
         # group members alphabetically.
         order = metadata.get("feature_names")
@@ -226,8 +284,10 @@ class HDF5Reader:
         """Rows ``[start, stop)``."""
         f = self.file
         rows = {k: f[k][start:stop] for k in CORE_KEYS}
-        rows["member"] = f["infos/member"][start:stop]
         n = len(rows["observations"])
+        rows["member"] = (
+            f["infos/member"][start:stop] if "infos/member" in f else np.zeros(n, np.int32)
+        )
         feats = [f[f"infos/{name}"][start:stop] for name in self.spec.feature_names]
         rows["features"] = np.stack(feats, axis=1) if feats else np.zeros((n, 0), np.float32)
         return rows
@@ -256,12 +316,12 @@ def read_d4rl(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.exists() and partial_path(path).exists():
         raise IncompleteDatasetError(f"{path} was not completed: only {partial_path(path)} exists")
-    with h5py.File(path, "r") as f:
-        if not f.attrs.get("complete", False):
+    with open_hdf5(path) as f:
+        if not is_complete(f):
             raise IncompleteDatasetError(
                 f"{path} is not marked complete: its writer did not finish"
             )
         data: dict[str, Any] = {k: f[k][()] for k in CORE_KEYS}
-        data["infos"] = {k: v[()] for k, v in f["infos"].items()}
-        data["metadata"] = dict(f["metadata"].attrs)
+        data["infos"] = {k: v[()] for k, v in f["infos"].items()} if "infos" in f else {}
+        data["metadata"] = dict(f["metadata"].attrs) if "metadata" in f else {}
     return data

@@ -318,8 +318,8 @@ def _layout_problems(reader: DatasetReader) -> list[str]:
         f.visititems(
             lambda k, v: lengths.__setitem__(k, v.shape[0]) if isinstance(v, h5py.Dataset) else None
         )
-        required = [*CORE_KEYS, "infos/member"]
-        missing = [k for k in required if k not in lengths]
+        # infos/ is myriad's (members, features); files of other tools may lack it.
+        missing = [k for k in CORE_KEYS if k not in lengths]
         if missing:
             return [f"missing datasets {missing}"]
     elif reader.format == "zarr":

@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 from myriad.datasets.schema import ROW_KEYS, DatasetSpec, DatasetWriteError, Rows
+from myriad.utils.faults import fault_point
 
 _HEADER = "header.json"
 
@@ -135,6 +136,7 @@ class RowSegments:
         except OSError:
             tmp.unlink(missing_ok=True)
             raise
+        fault_point("dataset.segment_written")
         self._unsynced.append(final)
         return final
 
@@ -214,7 +216,12 @@ class RowSegments:
         self.open = False
 
     def remove(self) -> None:
+        """Delete the folder, segment by segment (a kill midway leaves a folder that a resumed
+        run discards: the published file holds its rows)."""
         self.open = False
+        for seg, _ in self._segments:
+            seg.unlink(missing_ok=True)
+            fault_point("dataset.segment_removed")
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

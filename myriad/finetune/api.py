@@ -9,7 +9,7 @@ from typing import Any
 
 from myriad.finetune.algorithms import check_algorithm
 from myriad.finetune.init import init_config
-from myriad.rl.runner import run_to_completion, set_torch_threads
+from myriad.rl.runner import build_runner, run_to_completion, set_torch_threads
 from myriad.utils.config import ConfigError, compose, output_folder, resumed_config
 from myriad.utils.logging import print_report
 
@@ -69,6 +69,7 @@ def finetune(
     resume: str | Path | None = None,
     run_dir: str | Path | None = None,
     quiet: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run finetuning; returns the run summary (also in ``<run>/summary.json``).
 
@@ -80,16 +81,17 @@ def finetune(
         resume: a finetuning run folder or checkpoint to continue (its config is reused).
         run_dir: where to write the run (default ``runs/finetune/<algo>-<env>-<time>``).
         quiet: do not print the closing report.
+        overwrite: replace the run in ``run_dir`` (a myriad run folder) instead of refusing.
     """
     from myriad.finetune.runner import FinetuneRunner, check_layout
 
     cfg = resolve_config(algo, overrides, init, resume)
     check_layout(int(cfg["num_envs"]), int(cfg["population"]["size"]))
     name = f"{cfg['algo']['name']}-{cfg['env']['name']}"
-    folder = output_folder("finetune", name, cfg, resume, run_dir)
+    folder = output_folder("finetune", name, cfg, resume, run_dir, overwrite)
     set_torch_threads(cfg)
-    runner = FinetuneRunner(cfg, folder)
-    start = (lambda: runner.initialise(cfg["init"]["source"])) if init is not None else None
+    runner = build_runner(lambda f: FinetuneRunner(cfg, f), folder, new_run=resume is None)
+    start = (lambda r: r.initialise(cfg["init"]["source"])) if init is not None else None
     summary = run_to_completion(runner, int(cfg["iterations"]), resume, start)
     if not quiet:
         report(summary, folder)

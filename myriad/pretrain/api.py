@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from myriad.rl.runner import run_to_completion, set_torch_threads
+from myriad.rl.runner import build_runner, run_to_completion, set_torch_threads
 from myriad.utils.config import compose, output_folder, resumed_config
 from myriad.utils.logging import print_report
 
@@ -27,21 +27,25 @@ def pretrain(
     resume: str | Path | None = None,
     run_dir: str | Path | None = None,
     quiet: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run K-Myriad pretraining; returns the run summary (also in ``<run>/summary.json``).
 
     Args:
         overrides: Hydra overrides, e.g. ``["env=two_rooms", "population.size=16"]``.
         resume: a run folder or checkpoint to continue (its config is reused).
-        run_dir: where to write the run (default ``runs/pretrain/<env>-<time>``).
+        run_dir: where to write the run (default ``runs/pretrain/<env>-<time>``); a folder
+            that already holds files is refused unless ``overwrite``.
         quiet: do not print the closing report.
+        overwrite: replace the run in ``run_dir`` (a myriad run folder) instead of refusing.
     """
     from myriad.pretrain.runner import PretrainRunner
 
     cfg = resolve_config(overrides, resume)
-    folder = output_folder("pretrain", str(cfg["env"]["name"]), cfg, resume, run_dir)
+    folder = output_folder("pretrain", str(cfg["env"]["name"]), cfg, resume, run_dir, overwrite)
     set_torch_threads(cfg)
-    summary = run_to_completion(PretrainRunner(cfg, folder), int(cfg["iterations"]), resume)
+    runner = build_runner(lambda f: PretrainRunner(cfg, f), folder, new_run=resume is None)
+    summary = run_to_completion(runner, int(cfg["iterations"]), resume)
     if not quiet:
         report(summary, folder)
     return summary

@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from myriad.datasets import D4RLWriter, EpisodeAssembler
-from myriad.datasets.schema import row_fields
+from myriad.datasets.recorder import DatasetRecorder, dataset_location, dataset_metadata
 from myriad.entropy import Coverage, cell_index
 from myriad.envs import make, make_from_config
 from myriad.envs.base import TensorVecEnv
@@ -29,6 +27,7 @@ from myriad.rl.collector import RolloutCollector
 from myriad.rl.ppo import PPO, ppo_config
 from myriad.rl.runner import RunnerBase
 from myriad.utils.config import PretrainConfigError
+from myriad.utils.faults import fault_point
 from myriad.utils.seeding import make_generator, seed_everything
 
 
@@ -78,6 +77,7 @@ class PretrainRunner(RunnerBase):
             progress=bool(cfg.get("progress", True)),
             checkpoint_every=int(cfg.get("checkpoint_every", 0)),
             keep_checkpoints=cfg.get("keep_checkpoints"),
+            plots=bool(cfg.get("plots", True)),
         )
         cfg = self.config
         seed = int(cfg["seed"])
@@ -129,46 +129,27 @@ class PretrainRunner(RunnerBase):
             dtype=torch.bool,
             device=self.env.device,
         )
-        # Opened at the first write (or by resume), so that resuming never truncates the file.
-        self.dataset: D4RLWriter | None = None
-        self.assembler: EpisodeAssembler | None = None
+        env = self.env
+        self.dataset = (
+            DatasetRecorder(
+                dataset_location(self.run_dir, str(cfg["dataset"]["path"])),
+                env.obs_dim,
+                env.action_dim,
+                env.features.names,
+                env.num_envs,
+                env.max_episode_steps,
+                dataset_metadata(cfg, self.num_members, env.features.names),
+            )
+            if cfg["dataset"]["enabled"]
+            else None
+        )
 
     # -- dataset ---------------------------------------------------------------------------
-    @property
-    def dataset_path(self) -> Path:
-        return self.run_dir / str(self.config["dataset"]["path"])
-
-    def _open_dataset(self, resume_rows: int | None) -> None:
-        env, cfg = self.env, self.config
-        if self.dataset is not None:
-            self.dataset.close(complete=False)
-        self.dataset = D4RLWriter(
-            self.dataset_path,
-            env.obs_dim,
-            env.action_dim,
-            env.features.names,
-            metadata={
-                "env": cfg["env"]["name"],
-                "env_options": cfg["env"].get("options") or {},
-                "config": cfg,
-                "population_size": self.num_members,
-                "seed": int(cfg["seed"]),
-                "reward": "intrinsic k-NN reward of the pretraining objective",
-                "feature_names": list(env.features.names),
-            },
-            resume_rows=resume_rows,
-        )
-        self.assembler = EpisodeAssembler(
-            env.num_envs,
-            env.max_episode_steps,
-            row_fields(env.obs_dim, env.action_dim, env.features.dim),
-        )
-
-    def _write_dataset(self) -> None:
-        """Append the episodes that ended in this rollout (one host copy per iteration)."""
+    def _rollout_rows(self) -> dict[str, torch.Tensor]:
+        """This rollout's transitions, ``[T, E, ...]`` per dataset column."""
         s = self.storage
         t, e = s.num_steps, s.num_envs
-        steps = {
+        return {
             "observations": s.obs,
             "next_observations": s.extras["next_obs"],
             "actions": s.actions,
@@ -178,19 +159,6 @@ class PretrainRunner(RunnerBase):
             "member": self.member.expand(t, e).to(torch.int32),
             "features": s.extras["state_features"],
         }
-        host = {k: v.detach().cpu().numpy() for k, v in steps.items()}
-        rows = self.assembler.add(host, host["terminals"] | host["timeouts"])
-        self.dataset.append(rows)
-
-    def _finish_dataset(self) -> Path | None:
-        if self.dataset is None:
-            return None
-        rows, last = self.assembler.flush()
-        rows["timeouts"] = rows["timeouts"] | last  # the run's end cuts unfinished episodes
-        self.dataset.append(rows)
-        path = self.dataset.close(complete=True)
-        self.dataset = None
-        return path
 
     # -- one iteration ---------------------------------------------------------------------
     @property
@@ -218,10 +186,8 @@ class PretrainRunner(RunnerBase):
         scalars.update(measurement.scalars())
         scalars.update(self._coverage(features))
         scalars.update(self._pairwise_kl())
-        if self.config["dataset"]["enabled"]:
-            if self.dataset is None:
-                self._open_dataset(resume_rows=None)
-            self._write_dataset()
+        if self.dataset is not None:
+            self.dataset.record(self._rollout_rows())
         total = time.perf_counter() - t0
         scalars["perf/knn_share"] = t_knn / total
         scalars["perf/collect_share"] = t_collect / total
@@ -282,7 +248,7 @@ class PretrainRunner(RunnerBase):
             "objective": self.objective,
             "measure": self.measure,
             "progress": _Tensors(self, ("visited",)),
-            "dataset": _DatasetState(self),
+            **({"dataset": _DatasetState(self)} if self.dataset is not None else {}),
         }
 
     @torch.no_grad()
@@ -316,6 +282,8 @@ class PretrainRunner(RunnerBase):
             result["eval_coverage_per_member"] = [float(c) for c in cov.per_group.tolist()]
         measurement = self.measure.evaluate(features)
         result.update({f"eval_{k.replace('/', '_')}": v for k, v in measurement.scalars().items()})
+        if not self.plots:
+            return result
         walls = getattr(self.env, "layout", None)
         coverage_map(
             self.plots_dir / "coverage_map.png",
@@ -336,20 +304,20 @@ class PretrainRunner(RunnerBase):
 
     def finish(self) -> dict[str, Any]:
         """Close the dataset, evaluate, write plots and ``summary.json``; returns the summary."""
-        dataset = self._finish_dataset()
+        dataset = self.dataset.finish(self.iteration_count) if self.dataset is not None else None
+        fault_point("run.dataset_finished")
         result = self.evaluate(int(self.config["eval"]["episodes"]))
         summary = {**self.summary(), **self.logger.latest(), **result}
         summary["dataset"] = str(dataset) if dataset else None
         summary["checkpoint"] = str(self.save_checkpoint())
-        summary["plots"] = str(self.plots_dir)
+        summary["plots"] = str(self.plots_dir) if self.plots else None
         self.logger.write_summary(self.run_dir / "summary.json", **summary)
         return summary
 
     def close(self) -> None:
         """Release files; an unfinished dataset stays as its ``.partial`` file for resume."""
         if self.dataset is not None:
-            self.dataset.close(complete=False)
-            self.dataset = None
+            self.dataset.close()
         super().close()
 
 
@@ -368,32 +336,14 @@ class _Tensors:
 
 
 class _DatasetState:
-    """The dataset's row count and unfinished episodes, so a resumed run appends exactly."""
+    """Checkpoint adapter of the run's :class:`DatasetRecorder`: its state depends on the
+    iteration the checkpoint was taken at, which the runner restores first."""
 
     def __init__(self, runner: PretrainRunner) -> None:
         self.runner = runner
 
     def state_dict(self) -> dict[str, Any]:
-        r = self.runner
-        if r.dataset is None:
-            return {"rows": None}
-        r.dataset.file.flush()
-        episodes = r.assembler.state_dict()
-        # Checkpoints hold tensors only (they load with weights_only=True).
-        return {
-            "rows": r.dataset.rows,
-            "length": torch.from_numpy(episodes["length"]),
-            "staging": {k: torch.from_numpy(v) for k, v in episodes["staging"].items()},
-        }
+        return self.runner.dataset.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        r = self.runner
-        if state["rows"] is None or not r.config["dataset"]["enabled"]:
-            return
-        r._open_dataset(resume_rows=int(state["rows"]))
-        r.assembler.load_state_dict(
-            {
-                "length": state["length"].numpy(),
-                "staging": {k: v.numpy() for k, v in state["staging"].items()},
-            }
-        )
+        self.runner.dataset.load_state_dict(state, self.runner.iteration_count)

@@ -26,17 +26,20 @@ import torch
 from omegaconf import OmegaConf
 
 from myriad.utils.checkpoint import (
+    CheckpointError,
     atomic_write_text,
     capture_rng_state,
     check_resume_config,
     checkpoint_path,
     library_versions,
     list_checkpoints,
-    load_checkpoint,
-    resolve_checkpoint,
+    load_latest_checkpoint,
+    remove_partial_checkpoints,
     restore_rng_state,
     save_checkpoint,
 )
+from myriad.utils.config import release_folder
+from myriad.utils.faults import fault_point
 from myriad.utils.logging import ScalarLogger, to_float
 
 
@@ -116,6 +119,7 @@ class RunnerBase(abc.ABC):
         self.checkpoint_dir = self.run_dir / "checkpoints"
         self.plots_dir = self.run_dir / "plots"
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        remove_partial_checkpoints(self.checkpoint_dir)
         self.progress = progress
         self.tensorboard = tensorboard
         self.checkpoint_every = int(checkpoint_every)
@@ -192,6 +196,7 @@ class RunnerBase(abc.ABC):
         logger = self.logger
         bar = _ProgressBar(self.progress, self.iteration_count, num_iterations)
         saved_at = -1
+        failed = True
         try:
             while self.iteration_count < num_iterations:
                 start = time.perf_counter()
@@ -211,12 +216,19 @@ class RunnerBase(abc.ABC):
                     saved_at = self.iteration_count
             if saved_at != self.iteration_count and self.iteration_count > 0:
                 self.save_checkpoint()
+            failed = False
         finally:
             bar.close()
-            logger.flush()
-            self.write_summary()
-            if self.plots and logger.history:
-                logger.plot(self.plots_dir)
+            try:
+                logger.flush()
+                self.write_summary()
+                if self.plots and logger.history:
+                    logger.plot(self.plots_dir)
+            except Exception:
+                # After a failure (a full disk, say) the summary and plots may fail for the same
+                # reason; the first error is the one to report.
+                if not failed:
+                    raise
         return logger.latest()
 
     def close(self) -> None:
@@ -251,6 +263,7 @@ class RunnerBase(abc.ABC):
         """Atomically write a checkpoint (default ``checkpoints/iter_NNNNNN.pt``) and prune."""
         target = Path(path) if path else checkpoint_path(self.checkpoint_dir, self.iteration_count)
         save_checkpoint(target, self.checkpoint())
+        fault_point("checkpoint.saved")
         if self.keep_checkpoints:
             for old in list_checkpoints(self.checkpoint_dir)[: -self.keep_checkpoints]:
                 old.unlink(missing_ok=True)
@@ -262,26 +275,34 @@ class RunnerBase(abc.ABC):
         Raises:
             ConfigMismatchError: the config differs from the checkpoint's outside
                 :attr:`RESUME_IGNORED_KEYS` (the message lists each differing key).
-            KeyError: the checkpoint lacks state for one of :meth:`state_objects`.
+            CheckpointError: the checkpoint is unreadable, of another runner, or lacks state
+                for one of :meth:`state_objects`. An unreadable newest checkpoint of a run
+                folder is skipped (with a warning) for the newest readable one.
         """
-        source = resolve_checkpoint(path)
-        payload = load_checkpoint(source)
+        source, payload = load_latest_checkpoint(path)
+        written_by = payload.get("runner")
+        if written_by is not None and written_by != type(self).__qualname__:
+            raise CheckpointError(
+                f"{source} was written by {written_by}, not {type(self).__qualname__}: resume it "
+                "with the command that created it (myriad pretrain / myriad finetune --resume)"
+            )
         check_resume_config(payload["config"], self.config, self.RESUME_IGNORED_KEYS, source)
         objects = self.state_objects()
         missing = sorted(set(objects) - set(payload["state"]))
         if missing:
-            raise KeyError(
+            raise CheckpointError(
                 f"{source} holds no state for {missing}; it was written by "
-                f"{payload.get('runner', 'another runner')}"
+                f"{written_by or 'another runner'} with another config"
             )
+        # Counters first: some state (the dataset) depends on the iteration it was saved at.
+        self.iteration_count = int(payload["iteration"])
+        self.env_steps = int(payload["env_steps"])
+        self.wall_time = float(payload["wall_time"])
         for name, obj in objects.items():
             if isinstance(obj, torch.Generator):
                 obj.set_state(payload["state"][name])
             else:
                 obj.load_state_dict(payload["state"][name])
-        self.iteration_count = int(payload["iteration"])
-        self.env_steps = int(payload["env_steps"])
-        self.wall_time = float(payload["wall_time"])
         if self._logger is not None:
             self._logger.close()
             self._logger = None
@@ -290,20 +311,33 @@ class RunnerBase(abc.ABC):
         return source
 
 
+def build_runner(
+    factory: Callable[[Path], RunnerBase], folder: Path, new_run: bool
+) -> RunnerBase:
+    """``factory(folder)``; if a new run's runner cannot be built (a bad config found late),
+    its folder is removed again when it holds no file, so refused runs leave nothing behind."""
+    try:
+        return factory(folder)
+    except BaseException:
+        if new_run:
+            release_folder(folder)
+        raise
+
+
 def run_to_completion(
     runner: RunnerBase,
     iterations: int,
     resume: str | os.PathLike[str] | None = None,
-    start: Callable[[], Any] | None = None,
+    start: Callable[[Any], Any] | None = None,
 ) -> dict[str, Any]:
-    """Resume ``runner`` from ``resume`` (or call ``start``, e.g. an initialisation), train
-    until ``iterations`` and return :meth:`RunnerBase.finish`'s summary; the runner is closed
-    whatever happens."""
+    """Resume ``runner`` from ``resume`` (or call ``start(runner)``, e.g. an initialisation),
+    train until ``iterations`` and return :meth:`RunnerBase.finish`'s summary; the runner is
+    closed whatever happens."""
     try:
         if resume is not None:
             runner.resume(resume)
         elif start is not None:
-            start()
+            start(runner)
         runner.learn(iterations)
         return runner.finish()
     finally:

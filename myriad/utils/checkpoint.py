@@ -10,9 +10,12 @@ from __future__ import annotations
 import fnmatch
 import io
 import os
+import pickle
 import platform
 import re
+import sys
 import tempfile
+import zipfile
 from collections.abc import Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -29,6 +32,10 @@ CHECKPOINT_PATTERN = re.compile(r"^iter_(\d+)\.pt$")
 
 class ConfigMismatchError(ValueError):
     """A run is resumed with a config that differs from the checkpoint's."""
+
+
+class CheckpointError(ValueError):
+    """A file is not a usable myriad checkpoint (truncated, foreign, of another runner)."""
 
 
 def library_versions() -> dict[str, str]:
@@ -80,18 +87,89 @@ def load_checkpoint(
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: the file was written by a newer checkpoint format.
+        CheckpointError: the file is truncated, not a checkpoint, holds Python objects that a
+            safe load refuses, or was written by a newer checkpoint format.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    payload = torch.load(path, map_location=map_location, weights_only=True)
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        # torch's message suggests weights_only=False, which would run code from the file.
+        raise CheckpointError(
+            f"{path} is not a myriad checkpoint: it holds Python objects that myriad does not "
+            f"load, since loading them could run code from the file ({_first_line(exc)})"
+        ) from exc
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint (truncated or another kind of file): "
+            f"{_first_line(exc)}"
+        ) from exc
+    if not isinstance(payload, dict) or "config" not in payload or "state" not in payload:
+        raise CheckpointError(
+            f"{path} is not a myriad checkpoint (no config and state): give a file written by "
+            "myriad pretrain or myriad finetune (checkpoints/iter_NNNNNN.pt)"
+        )
     fmt = payload.get("format", 0)
     if fmt > FORMAT_VERSION:
-        raise ValueError(
-            f"{path} has checkpoint format {fmt}; this myriad reads up to {FORMAT_VERSION}"
+        raise CheckpointError(
+            f"{path} has checkpoint format {fmt}; this myriad reads up to {FORMAT_VERSION}: "
+            "upgrade myriad"
         )
     return payload
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def load_latest_checkpoint(
+    path: str | os.PathLike[str], map_location: torch.device | str = "cpu"
+) -> tuple[Path, dict[str, Any]]:
+    """The newest readable checkpoint of a run folder or ``checkpoints/`` folder (or the file
+    ``path``), with its payload. An unreadable newer checkpoint (a disk error, a truncated copy)
+    is reported in one warning line on stderr and skipped for the previous one.
+
+    Raises:
+        FileNotFoundError: nothing resumable at ``path``.
+        CheckpointError: ``path`` is a file that is not a usable checkpoint, or no checkpoint of
+            the folder is readable.
+    """
+    path = Path(path)
+    if path.is_file():
+        return path, load_checkpoint(path, map_location)
+    candidates = list_checkpoints(path / "checkpoints") or list_checkpoints(path)
+    if not candidates:
+        resolve_checkpoint(path)  # raises FileNotFoundError with where it looked
+    errors = []
+    for candidate in reversed(candidates):
+        try:
+            payload = load_checkpoint(candidate, map_location)
+        except CheckpointError as exc:
+            errors.append(str(exc))
+            continue
+        if errors:
+            print(
+                f"myriad: warning: skipped {len(errors)} unreadable checkpoint(s) "
+                f"({errors[0]}); resuming from {candidate}",
+                file=sys.stderr,
+            )
+        return candidate, payload
+    raise CheckpointError(f"no readable checkpoint in {path}: {errors[0]}")
+
+
+def remove_partial_checkpoints(directory: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files of checkpoint writes that were killed midway (they are never
+    read); returns what was removed. Only the run's own writer calls this."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = [p for p in directory.glob(".iter_*.pt.*.tmp") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def checkpoint_path(directory: str | os.PathLike[str], iteration: int) -> Path:

@@ -25,13 +25,28 @@ def config_dir() -> Path:
     return Path(str(resources.files("myriad") / "configs"))
 
 
+class RunFolderError(ConfigError):
+    """The run folder cannot be used as asked (it holds another run, or is not a run)."""
+
+
 def compose(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """Compose ``configs/<name>.yaml`` with Hydra ``overrides`` into a plain, resolved dict.
+    """Compose ``configs/<name>.yaml`` with Hydra ``overrides`` into a plain, resolved dict,
+    and check it (every key's type against the packaged default, ranges, the device).
 
     Raises:
         ConfigError: an override names an unknown key or group option (Hydra's message, plus the
-            available options of config groups).
+            available options of config groups), or a value of the wrong type or range.
     """
+    from myriad.utils.validation import check_config
+
+    cfg = _compose(name, overrides)
+    groups = {p.name for p in config_dir().iterdir() if p.is_dir()}
+    choices = [o for o in overrides if o.partition("=")[0].lstrip("+~") in groups]
+    check_config(cfg, _compose(name, choices) if len(choices) < len(overrides) else cfg)
+    return cfg
+
+
+def _compose(name: str, overrides: Sequence[str]) -> dict[str, Any]:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -56,21 +71,46 @@ def group_options_hint() -> str:
 
 def load_run_config(run: str | Path) -> dict[str, Any]:
     """The resolved ``config.yaml`` of a run folder (or of the run holding a checkpoint)."""
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
     path = Path(run)
     for candidate in (path, path.parent, path.parent.parent):
         cfg_file = candidate / "config.yaml"
         if candidate.is_dir() and cfg_file.is_file():
-            return OmegaConf.to_container(OmegaConf.load(cfg_file), resolve=True)  # type: ignore[return-value]
+            try:
+                loaded = OmegaConf.to_container(OmegaConf.load(cfg_file), resolve=True)
+            except (YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as exc:
+                raise ConfigError(
+                    f"{cfg_file} is not a readable run config ({str(exc).splitlines()[0]}): "
+                    "restore it from the run's checkpoint or start a new run"
+                ) from exc
+            if not isinstance(loaded, dict) or "env" not in loaded:
+                raise ConfigError(
+                    f"{cfg_file} is not a myriad run config (no env section): restore it or "
+                    "start a new run"
+                )
+            return loaded  # type: ignore[return-value]
     raise FileNotFoundError(f"no config.yaml found for run {run}: give a run folder or checkpoint")
 
 
 def resumed_config(run: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """A run's saved config with ``overrides`` applied on top; the runner then refuses overrides
     that would change the experiment (see ``RunnerBase.RESUME_IGNORED_KEYS``)."""
-    saved = OmegaConf.create(load_run_config(run))
+    from omegaconf.errors import OmegaConfBaseException
+
+    from myriad.utils.validation import check_config
+
+    original = load_run_config(run)
+    saved = OmegaConf.create(original)
     if overrides:
-        saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
-    return OmegaConf.to_container(saved, resolve=True)  # type: ignore[return-value]
+        try:
+            saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"cannot apply {list(overrides)}: {exc}") from exc
+    cfg: dict[str, Any] = OmegaConf.to_container(saved, resolve=True)  # type: ignore[assignment]
+    check_config(cfg, original)
+    return cfg
 
 
 def run_folder(path: str | Path) -> Path:
@@ -87,22 +127,64 @@ def output_folder(
     cfg: Mapping[str, Any],
     resume: str | Path | None = None,
     run_dir: str | Path | None = None,
+    overwrite: bool = False,
 ) -> Path:
-    """Where a run writes: the resumed run's folder, else ``run_dir`` (argument, then config),
-    else ``runs/<kind>/<name>-<date>-<time>``."""
+    """Claim the folder a run writes to: the resumed run's folder, else ``run_dir`` (argument,
+    then config), else a new ``runs/<kind>/<name>-<date>-<time>``. A new run's folder exists
+    when this returns and belongs to it alone.
+
+    Raises:
+        RunFolderError: ``run_dir`` already holds files and ``overwrite`` is false, or
+            ``overwrite`` is asked for a non-empty folder that is not a myriad run.
+    """
     if resume is not None:
         return run_folder(resume)
     if run_dir or cfg.get("run_dir"):
-        return Path(run_dir or cfg["run_dir"])
+        return claim_folder(Path(run_dir or cfg["run_dir"]), overwrite)
     return default_run_dir(kind, name)
 
 
+def claim_folder(path: Path, overwrite: bool = False) -> Path:
+    """Create ``path`` for a new run; an existing non-empty folder is refused unless
+    ``overwrite`` (then it must be a myriad run folder, and its content is deleted)."""
+    import shutil
+
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        if not overwrite:
+            raise RunFolderError(
+                f"{path} already holds a run or other files: continue it with --resume {path}, "
+                "choose another --run-dir, or pass --overwrite to replace it"
+            )
+        if not (path / "config.yaml").is_file():
+            raise RunFolderError(
+                f"--overwrite replaces only myriad run folders, and {path} has no config.yaml: "
+                "choose another --run-dir"
+            )
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def release_folder(path: Path) -> None:
+    """Remove a run folder that a failed start left without any file (empty folders only)."""
+    if not path.is_dir() or any(p.is_file() for p in path.rglob("*")):
+        return
+    for sub in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        sub.rmdir()
+    path.rmdir()
+
+
 def default_run_dir(kind: str, env_name: str, root: str | Path = "runs") -> Path:
-    """``runs/<kind>/<env>-<date>-<time>`` (unique within a second)."""
+    """Create and return ``runs/<kind>/<env>-<date>-<time>`` (``-N`` appended when taken). The
+    folder is created here, atomically, so two processes never get the same one."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path(root) / kind / f"{env_name}-{stamp}"
+    base.parent.mkdir(parents=True, exist_ok=True)
     path, n = base, 1
-    while path.exists():
-        path = base.with_name(f"{base.name}-{n}")
-        n += 1
-    return path
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            path = base.with_name(f"{base.name}-{n}")
+            n += 1
