@@ -27,10 +27,12 @@ from myriad.entropy import (
     kl_entropy_from_distances,
     knn_grouped,
     knn_reward,
+    knn_reward_from_distances,
     log_unit_ball_volume,
     population_entropy,
 )
 from myriad.entropy.knn import Neighbors, knn
+from myriad.pretrain.objectives import EntropyMeasurement
 
 EXACT = KNNSearch(allow_approximate=False)
 
@@ -39,11 +41,20 @@ def gaussian_entropy(p: int, s: float = 1.0) -> float:
     return 0.5 * p * math.log(2 * math.pi * math.e * s * s)
 
 
-def reference_kl(x: np.ndarray, k: int) -> float:
-    """docs/algorithms.md §1 written out with scipy (kd-tree, gammaln, digamma), float64."""
+def reference_kth(x: np.ndarray, k: int, queries: np.ndarray | None = None) -> np.ndarray:
+    """Distance of each query (default: each point) to its k-th neighbour in ``x``, the point
+    itself excluded, with scipy's kd-tree in float64 (column 0 is the point itself at 0)."""
+    r, _ = cKDTree(x).query(x if queries is None else queries, k=k + 1)
+    return r[:, k]
+
+
+def reference_kl(x: np.ndarray, k: int, min_distance: float | None = None) -> float:
+    """docs/algorithms.md §1 written out with scipy (kd-tree, gammaln, digamma), float64;
+    distances floored at ``min_distance`` when given."""
     n, p = x.shape
-    r, _ = cKDTree(x).query(x, k=k + 1)
-    rk = r[:, k]
+    rk = reference_kth(x, k)
+    if min_distance is not None:
+        rk = np.maximum(rk, min_distance)
     log_cp = (p / 2) * np.log(np.pi) - gammaln(1 + p / 2)
     return float(np.mean(np.log(n) + log_cp + p * np.log(rk) - np.log(k)) + np.log(k) - digamma(k))
 
@@ -225,6 +236,21 @@ def test_mixture_four_members_shuffled_ids() -> None:
     torch.testing.assert_close(pe.individual, pe_blocks.individual)
 
 
+def test_unequal_members_match_scipy_reference() -> None:
+    g = torch.Generator().manual_seed(8)
+    sizes = [300, 700, 500]
+    group = torch.arange(3).repeat_interleave(torch.tensor(sizes))
+    x = torch.randn(1500, 3, generator=g, dtype=torch.float64) * (1.0 + group[:, None])
+    perm = torch.randperm(1500, generator=g)
+    pe = population_entropy(x[perm], 6, group[perm], search=EXACT)
+    xs = x.numpy()
+    members = [xs[group.numpy() == i] for i in range(3)]
+    expected = [reference_kl(xi, 6) for xi in members]
+    # Neighbour distances are float32 whatever the input: 1e-7 relative per distance.
+    assert pe.individual.tolist() == pytest.approx(expected, rel=1e-7)
+    assert float(pe.collective) == pytest.approx(reference_kl(xs, 6), rel=1e-7)
+
+
 def test_identical_members_have_no_diversity() -> None:
     x = sample("gauss", 8192, 2, seed=5)
     pe = population_entropy(x, 10, num_groups=4)
@@ -325,6 +351,16 @@ def test_reward_beta_endpoints_and_mix() -> None:
     torch.testing.assert_close(knn_reward(x, 10, beta=1.0, c=c), torch.log(c + r_pool))
 
 
+def test_reward_from_distances_needs_the_weighted_terms() -> None:
+    r = torch.rand(50, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(knn_reward_from_distances(r, None, 1.0, 1.0), torch.log(1.0 + r))
+    torch.testing.assert_close(knn_reward_from_distances(None, r, 0.0, 2.0), torch.log(2.0 + r))
+    with pytest.raises(ValueError, match="pass individual_kth"):
+        knn_reward_from_distances(r, None, 0.5, 1.0)
+    with pytest.raises(ValueError, match="pass collective_kth"):
+        knn_reward_from_distances(None, r, 0.5, 1.0)
+
+
 def test_reward_finite_on_duplicates_and_errors() -> None:
     x = torch.cat([torch.zeros(30, 2), sample("gauss", 70, 2, seed=11)])
     r = knn_reward(x, 5, num_groups=2, beta=0.5, c=1e-3)
@@ -351,3 +387,45 @@ def test_reward_module_normalises_feature_scales() -> None:
     torch.testing.assert_close(
         module.normalizer.std.float(), scale * x.std(0, unbiased=False), rtol=1e-3, atol=1e-6
     )
+
+
+# ----------------------------------------------------------------------------- pretraining path
+
+
+@pytest.mark.parametrize(("beta", "c"), [(1.0, 1.0), (0.0, 0.5), (0.7, 1.0)])
+def test_pretraining_measurement_matches_scipy_reference(beta: float, c: float) -> None:
+    """What pretraining computes each iteration (EntropyMeasurement: entropies of both terms
+    and the per-state reward) against docs/algorithms.md §1-§3 written out with scipy, on a
+    rollout ``[T, E, p]`` whose two members (env blocks 0-7 and 8-15) explore differently and
+    where env 0 never moves (exact duplicates: the 1e-3 resolution floor decides its term)."""
+    t, e, p, k, m, floor = 32, 16, 2, 5, 2, 1e-3
+    g = torch.Generator().manual_seed(3)
+    features = torch.randn(t, e, p, generator=g)
+    features[:, 8:] = 3.0 * features[:, 8:] + torch.tensor([20.0, -5.0])
+    features[:, 0] = features[0, 0]
+    meas = EntropyMeasurement(k, m, p, min_distance=floor)(features)
+
+    # Env-major rows (member i owns rows i * 8T .. (i + 1) * 8T - 1), scaled by the std as
+    # numpy computes it; the running estimate differs by its prior's weight, ~1e-4 / N.
+    x = features.transpose(0, 1).reshape(-1, p).double().numpy()
+    std = x.std(axis=0)
+    scaled = x / std
+    log_scale = float(np.log(std).sum())
+    members = [scaled[: 8 * t], scaled[8 * t :]]
+    assert meas.log_scale == pytest.approx(log_scale, abs=1e-6)
+    assert float(meas.collective) == pytest.approx(
+        reference_kl(scaled, k, floor) + log_scale, abs=1e-5
+    )
+    expected = [reference_kl(xi, k, floor) + log_scale for xi in members]
+    assert meas.individual.tolist() == pytest.approx(expected, abs=1e-5)
+    assert expected[1] > expected[0] + 2.0  # member 1's cloud is 3x wider: the layout matters
+    assert float(meas.diversity) == pytest.approx(
+        float(meas.collective) - float(np.mean(expected)), abs=1e-5
+    )
+
+    pooled = reference_kth(scaled, k)
+    own = np.concatenate([reference_kth(xi, k) for xi in members])
+    reward = beta * np.log(c + pooled) + (1 - beta) * np.log(c + own)
+    got = meas.reward(beta, c)  # [T, E]
+    assert got.shape == (t, e)
+    np.testing.assert_allclose(got.T.reshape(-1).double().numpy(), reward, rtol=1e-5, atol=1e-5)

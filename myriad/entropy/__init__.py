@@ -23,8 +23,10 @@ from myriad.entropy.estimators import (
     kl_entropy,
     kl_entropy_from_distances,
     knn_reward,
+    knn_reward_from_distances,
     log_unit_ball_volume,
     population_entropy,
+    population_entropy_from_distances,
 )
 from myriad.entropy.knn import (
     BACKENDS,
@@ -59,8 +61,10 @@ __all__ = [
     "kl_entropy_from_distances",
     "knn_grouped",
     "knn_reward",
+    "knn_reward_from_distances",
     "log_unit_ball_volume",
     "population_entropy",
+    "population_entropy_from_distances",
     "select_backend",
     "select_grouped_backend",
 ]

@@ -18,7 +18,13 @@ Formulas (docs/entropy.md; all in nats):
 Duplicate points (zero distances): every ``log R`` is taken of ``max(R, min_distance)``, so a
 particle whose k-th neighbour is an exact copy contributes ``p log(min_distance)`` (finite,
 strongly negative: a point mass has entropy minus infinity) instead of ``-inf`` or NaN. The reward
-uses ``log(c + R)`` with ``c > 0`` and needs no floor.
+uses ``log(c + R)`` with ``c > 0`` and needs no floor. The floor is a parameter of every
+estimator: :data:`DEFAULT_MIN_DISTANCE` (1e-8) suits raw features; pretraining measures
+std-scaled features and passes its ``objective.min_distance`` (1e-3, a resolution).
+
+Every estimator has a ``*_from_distances`` form that takes neighbours already found, so a caller
+that needs several quantities of one batch (pretraining: entropies, reward and the
+importance-weighted estimate) searches once and uses the same maths as the one-call forms.
 """
 
 from __future__ import annotations
@@ -143,6 +149,54 @@ def _group_mean(values: torch.Tensor, gid: torch.Tensor, sizes: torch.Tensor) ->
     return sums / sizes.to(values.device, values.dtype)
 
 
+def population_entropy_from_distances(
+    collective_kth: torch.Tensor,
+    individual_kth: torch.Tensor,
+    dim: int,
+    k: int,
+    group: torch.Tensor | None = None,
+    *,
+    num_groups: int | None = None,
+    min_distance: float = DEFAULT_MIN_DISTANCE,
+) -> PopulationEntropy:
+    """Collective, individual and diversity entropies (docs/algorithms.md §2) from k-th
+    neighbour distances.
+
+    Args:
+        collective_kth: ``[N]`` distance of each state to its k-th neighbour in the pooled set.
+        individual_kth: ``[N]`` the same within the state's own member.
+        dim: feature dimension p.
+        k: the neighbour rank the distances belong to.
+        group: ``[N]`` member id of each state, or None with ``num_groups`` (equal contiguous
+            blocks, the population layout).
+        num_groups: number of members M.
+        min_distance: floor on distances before the log (duplicate-point guard).
+    """
+    layout = GroupLayout.build(individual_kth, group, num_groups)
+    collective = kl_entropy_from_distances(collective_kth, dim, k, min_distance=min_distance)
+    if layout.equal_blocks:
+        per_member = individual_kth.reshape(layout.num_groups, -1)
+        individual = kl_entropy_from_distances(per_member, dim, k, min_distance=min_distance)
+    else:
+        # Members of different sizes: mean log-distance per member, each with its own N_i.
+        log_r = _safe_log(individual_kth.to(torch.float64), min_distance)
+        sizes = layout.sizes.to(log_r.device)
+        mean_log_r = _group_mean(log_r, layout.group_ids(), sizes)
+        individual = (
+            torch.log(sizes.to(torch.float64))
+            - _digamma(k)
+            + log_unit_ball_volume(dim)
+            + dim * mean_log_r
+        )
+    individual_mean = individual.mean()
+    return PopulationEntropy(
+        collective=collective,
+        individual=individual,
+        individual_mean=individual_mean,
+        diversity=collective - individual_mean,
+    )
+
+
 def population_entropy(
     x: torch.Tensor,
     k: int = 10,
@@ -154,7 +208,8 @@ def population_entropy(
 ) -> PopulationEntropy:
     """Collective, individual and diversity entropies of a population (docs/algorithms.md §2).
 
-    One kNN query over the pooled set and one per-group query (all groups in one call).
+    One kNN query over the pooled set and one per-group query (all groups in one call), then
+    :func:`population_entropy_from_distances`.
 
     Args:
         x: states ``[N, p]`` of all members.
@@ -166,25 +221,12 @@ def population_entropy(
         min_distance: floor on distances before the log (duplicate-point guard).
     """
     search = search or KNNSearch()
-    layout = GroupLayout.build(x, group, num_groups)
-    p = x.shape[1]
-    collective = kl_entropy_from_distances(
-        search(x, k).distances[:, k - 1], p, k, min_distance=min_distance
-    )
-    r_ind = search.grouped(x, k, group, num_groups=layout.num_groups).distances[:, k - 1]
-    log_r = _safe_log(r_ind.to(torch.float64), min_distance)
-    gid = layout.group_ids()
-    sizes = layout.sizes.to(x.device)
-    mean_log_r = _group_mean(log_r, gid, sizes)
-    individual = (
-        torch.log(sizes.to(torch.float64)) - _digamma(k) + log_unit_ball_volume(p) + p * mean_log_r
-    )
-    individual_mean = individual.mean()
-    return PopulationEntropy(
-        collective=collective,
-        individual=individual,
-        individual_mean=individual_mean,
-        diversity=collective - individual_mean,
+    # Checked before the first search, so that bad groups fail fast.
+    GroupLayout.build(x, group, num_groups)
+    r_coll = search(x, k).distances[:, k - 1]
+    r_ind = search.grouped(x, k, group, num_groups=num_groups).distances[:, k - 1]
+    return population_entropy_from_distances(
+        r_coll, r_ind, x.shape[1], k, group, num_groups=num_groups, min_distance=min_distance
     )
 
 
@@ -336,6 +378,48 @@ def cumulative_log_ratio(log_ratio: torch.Tensor, episode_start: torch.Tensor) -
 # per-state reward
 
 
+def _check_reward_parameters(beta: float, c: float) -> None:
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must lie in [0, 1], got {beta}")
+    if not c > 0:
+        raise ValueError(f"c must be > 0 (it keeps log(c + R) finite for duplicates), got {c}")
+
+
+def knn_reward_from_distances(
+    collective_kth: torch.Tensor | None,
+    individual_kth: torch.Tensor | None,
+    beta: float = 1.0,
+    c: float = 1.0,
+) -> torch.Tensor:
+    """Per-state intrinsic reward of docs/algorithms.md §3 from k-th neighbour distances.
+
+    ``r(x) = (1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``.
+
+    Args:
+        collective_kth: ``[N]`` distance to the k-th neighbour in the pooled set; may be None
+            at ``beta = 0``.
+        individual_kth: ``[N]`` the same within the state's own member; may be None at
+            ``beta = 1``.
+        beta: 1 collective (K-Myriad), 0 independent explorers.
+        c: offset inside the log, ``> 0``.
+
+    Returns:
+        ``[N]`` float32 rewards on the distances' device.
+    """
+    _check_reward_parameters(beta, c)
+    if beta > 0 and collective_kth is None:
+        raise ValueError(f"beta={beta} > 0 weighs the pooled term: pass collective_kth")
+    if beta < 1 and individual_kth is None:
+        raise ValueError(f"beta={beta} < 1 weighs the per-member term: pass individual_kth")
+    like = collective_kth if collective_kth is not None else individual_kth
+    reward = torch.zeros(like.shape[0], dtype=torch.float32, device=like.device)
+    if beta > 0:
+        reward += beta * torch.log(c + collective_kth)
+    if beta < 1:
+        reward += (1.0 - beta) * torch.log(c + individual_kth)
+    return reward
+
+
 def knn_reward(
     x: torch.Tensor,
     k: int = 10,
@@ -350,7 +434,7 @@ def knn_reward(
 
     ``r(x) = (1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``: one kNN query on the
     pooled set (skipped at ``beta = 0``) and one per-group query for all members at once
-    (skipped at ``beta = 1``).
+    (skipped at ``beta = 1``), then :func:`knn_reward_from_distances`.
 
     Args:
         x: entropy features ``[N, p]`` (already normalised; see :class:`KNNReward`).
@@ -364,21 +448,16 @@ def knn_reward(
     Returns:
         ``[N]`` float32 rewards on ``x``'s device.
     """
-    if not 0.0 <= beta <= 1.0:
-        raise ValueError(f"beta must lie in [0, 1], got {beta}")
-    if not c > 0:
-        raise ValueError(f"c must be > 0 (it keeps log(c + R) finite for duplicates), got {c}")
+    _check_reward_parameters(beta, c)
     search = search or KNNSearch()
-    reward = torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
+    r_coll = r_ind = None
     if beta > 0:
         r_coll = search(x, k).distances[:, k - 1]
-        reward += beta * torch.log(c + r_coll)
     if beta < 1:
         if group is None and num_groups is None:
             raise ValueError("beta < 1 needs the members: pass group=[N] or num_groups=M")
         r_ind = search.grouped(x, k, group, num_groups=num_groups).distances[:, k - 1]
-        reward += (1.0 - beta) * torch.log(c + r_ind)
-    return reward
+    return knn_reward_from_distances(r_coll, r_ind, beta, c)
 
 
 class KNNReward(nn.Module):

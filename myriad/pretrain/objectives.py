@@ -26,7 +26,8 @@ from myriad.entropy import (
     Neighbors,
     cumulative_log_ratio,
     importance_weighted_entropy,
-    kl_entropy_from_distances,
+    knn_reward_from_distances,
+    population_entropy_from_distances,
 )
 from myriad.nn.population import PopulationActorCritic
 from myriad.rl.ppo import PPO
@@ -76,10 +77,12 @@ class Measurement:
 
     def reward(self, beta: float, c: float) -> torch.Tensor:
         """``(1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``, ``[T, E]``
-        (docs/algorithms.md §3)."""
+        (docs/algorithms.md §3): :func:`myriad.entropy.knn_reward_from_distances` on this
+        rollout's neighbours."""
         k = self.k
-        r = beta * torch.log(c + self.pooled.distances[:, k - 1])
-        r = r + (1.0 - beta) * torch.log(c + self.grouped.distances[:, k - 1])
+        r = knn_reward_from_distances(
+            self.pooled.distances[:, k - 1], self.grouped.distances[:, k - 1], beta, c
+        )
         return time_major(r, self.num_steps)
 
     def scalars(self) -> dict[str, float]:
@@ -115,7 +118,10 @@ class EntropyMeasurement:
         self.normalizer = RunningMeanStd((self.dim,), clip=None)
 
     def __call__(self, features: torch.Tensor, update: bool = True) -> Measurement:
-        """Neighbours and entropies of ``features [T, E, p]`` (envs in member blocks)."""
+        """Neighbours and entropies of ``features [T, E, p]`` (envs in member blocks).
+
+        The entropies are :func:`myriad.entropy.population_entropy_from_distances` of the scaled
+        features, shifted by ``log_scale`` to the raw features' scale."""
         x = env_major(features)
         if update:
             self.normalizer.update(x)
@@ -125,22 +131,25 @@ class EntropyMeasurement:
         pooled = self.search(scaled, k)
         grouped = pooled if m == 1 else self.search.grouped(scaled, k, num_groups=m)
         log_scale = float(torch.log(self.normalizer.std).sum())
-        n = scaled.shape[0]
-        floor = self.min_distance
-        collective = kl_entropy_from_distances(pooled.distances[:, k - 1], p, k, min_distance=floor)
-        per_member = grouped.distances[:, k - 1].reshape(m, n // m)
-        individual = kl_entropy_from_distances(per_member, p, k, min_distance=floor)
+        entropy = population_entropy_from_distances(
+            pooled.distances[:, k - 1],
+            grouped.distances[:, k - 1],
+            p,
+            k,
+            num_groups=m,
+            min_distance=self.min_distance,
+        )
         return Measurement(
             scaled,
             pooled,
             grouped,
-            collective + log_scale,
-            individual + log_scale,
+            entropy.collective + log_scale,
+            entropy.individual + log_scale,
             log_scale,
             features.shape[0],
             m,
             k,
-            floor,
+            self.min_distance,
         )
 
     def evaluate(self, features: torch.Tensor) -> Measurement:
