@@ -9,18 +9,22 @@
 - Adversarial diversity reward (:class:`~myriad.finetune.discriminator.AdversarialReward`): the
   followers' rewards get ``c_adv * log q(i|s,a)``; the leader's do not.
 
-Each coupling has its own switch and coefficient.
+Each coupling has its own switch and coefficient. The coefficients are per follower (``[M]``
+tensors, 0 for the leader): fixed (the presets, ``kl_coef``, ``adversarial_coef``), or adapted
+every iteration by a :class:`~myriad.finetune.kl_setpoint.KLSetpointController` that holds each
+follower's KL to the leader near ``kl_target`` (or its entry of ``kl_targets``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from myriad.finetune.discriminator import AdversarialReward, DiscriminatorConfig
+from myriad.finetune.discriminator import AdversarialReward, DiscriminatorConfig, rollout_labels
+from myriad.finetune.kl_setpoint import KLSetpointConfig, KLSetpointController
 from myriad.finetune.losses import (
     awac_loss,
     awac_weights,
@@ -29,10 +33,11 @@ from myriad.finetune.losses import (
 )
 from myriad.finetune.rows import leader_rows, tile_members
 from myriad.finetune.sapg import SAPG, SAPGConfig, ensure_field, transitions
-from myriad.nn.distributions import gaussian_log_prob
+from myriad.nn.distributions import gaussian_kl, gaussian_log_prob
 from myriad.nn.population import Evaluation, PopulationActorCritic
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig
 from myriad.rl.storage import Batch, RolloutStorage
+from myriad.utils.config import ConfigError
 
 #: lambda of the KL penalty for the three diversity regimes.
 KL_PRESETS: dict[str, float] = {"light": 0.1, "balanced": 0.2, "high": 0.3}
@@ -53,6 +58,11 @@ class CPOConfig:
         adversarial: the discriminator reward.
         adversarial_coef: c_adv.
         discriminator: the classifier's settings.
+        kl_target: one KL target (nats) for every follower: the set-point mode, in which
+            ``kl_preset`` / ``kl_coef`` and ``adversarial_coef`` are only the initial values.
+            None: fixed coefficients.
+        kl_targets: one target per follower (overrides ``kl_target``).
+        setpoint: the controller's gains and bounds.
     """
 
     kl_penalty: bool = True
@@ -65,6 +75,9 @@ class CPOConfig:
     adversarial: bool = True
     adversarial_coef: float = 0.002
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
+    kl_target: float | None = None
+    kl_targets: Sequence[float] | None = None
+    setpoint: KLSetpointConfig = field(default_factory=KLSetpointConfig)
 
     def __post_init__(self) -> None:
         if self.kl_preset not in KL_PRESETS:
@@ -77,6 +90,25 @@ class CPOConfig:
             if "hidden" in disc:
                 disc["hidden"] = tuple(int(h) for h in disc["hidden"])
             self.discriminator = DiscriminatorConfig(**disc)
+        if isinstance(self.setpoint, dict):
+            self.setpoint = KLSetpointConfig(**self.setpoint)
+        if self.kl_target is not None:
+            self.kl_target = float(self.kl_target)
+        if self.kl_targets is not None:
+            self.kl_targets = [float(t) for t in self.kl_targets]
+        targets = self.kl_targets if self.kl_targets is not None else [self.kl_target]
+        if self.set_point and not all(t > 0 for t in targets):
+            raise ValueError(f"KL targets must be > 0 nats, got {targets}")
+        if self.set_point and not self.kl_penalty:
+            raise ValueError(
+                "a KL target adapts the KL penalty: set kl_penalty=true, or drop the target "
+                "(kl_target=null, kl_targets=null)"
+            )
+
+    @property
+    def set_point(self) -> bool:
+        """Whether the coefficients are adapted toward KL targets."""
+        return self.kl_target is not None or self.kl_targets is not None
 
     @property
     def kl_lambda(self) -> float:
@@ -164,24 +196,76 @@ class CPO(SAPG):
             if generator is not None:
                 disc_generator = torch.Generator(device=generator.device)
                 disc_generator.manual_seed(int(generator.initial_seed()) + 1)
+            # Unit coefficient: the reward is log q; each follower's own c scales it in
+            # `reward_bonus`.
             self.adversarial = AdversarialReward(
                 model.obs_dim,
                 model.action_dim,
                 model.num_members,
-                self.cpo.adversarial_coef,
+                1.0,
                 self.cpo.discriminator,
                 normalize_obs=model.obs_norm.normalize if model.obs_norm is not None else None,
                 generator=disc_generator,
                 leader=self.leader,
                 device=model.log_std.device,
             )
+        m, device = model.num_members, model.log_std.device
+        self.follower_index = torch.nonzero(torch.arange(m) != self.leader).squeeze(1).to(device)
+        # The coefficients in effect, [M] (0 for the leader): constants in the fixed mode, the
+        # controller's in the set-point mode.
+        self.kl_coef = torch.zeros(m, device=device)
+        self.adversarial_coef = torch.zeros(m, device=device)
+        self.setpoint: KLSetpointController | None = None
+        if self.cpo.set_point:
+            self.setpoint = KLSetpointController(
+                self._targets(m - 1),
+                self.cpo.setpoint,
+                kl_coef=self.cpo.kl_lambda,
+                adversarial_coef=self.cpo.adversarial_coef if self.cpo.adversarial else None,
+                device=device,
+            )
+        self._sync_coefficients()
+        self.coupling_stats: dict[str, float] = {}
+
+    def _targets(self, num_followers: int) -> list[float]:
+        """The KL target of every follower.
+
+        Raises:
+            ConfigError: ``kl_targets`` does not have one entry per follower.
+        """
+        if self.cpo.kl_targets is None:
+            return [float(self.cpo.kl_target)] * num_followers
+        targets = list(self.cpo.kl_targets)
+        if len(targets) != num_followers:
+            example = ",".join(["0.3"] * num_followers)
+            raise ConfigError(
+                f"algo.kl_targets has {len(targets)} entries for {num_followers} followers "
+                f"(population.size={num_followers + 1}): give one per follower, e.g. "
+                f"algo.kl_targets=[{example}], or one algo.kl_target for all"
+            )
+        return targets
+
+    @torch.no_grad()
+    def _sync_coefficients(self) -> None:
+        """Write the followers' coefficients into the ``[M]`` tensors the losses read."""
+        followers = self.follower_index
+        if self.setpoint is None:
+            self.kl_coef.index_fill_(0, followers, self.cpo.kl_lambda)
+            self.adversarial_coef.index_fill_(0, followers, self.cpo.adversarial_coef)
+            return
+        self.kl_coef.index_copy_(0, followers, self.setpoint.kl_coef)
+        adversarial = self.setpoint.adversarial_coef
+        if adversarial is not None:
+            self.adversarial_coef.index_copy_(0, followers, adversarial)
 
     # ---------------------------------------------------------------- rollout-level quantities
 
     def reward_bonus(self, storage: RolloutStorage) -> torch.Tensor | None:
         if self.adversarial is None:
             return None
-        bonus, stats = self.adversarial(storage)
+        log_q, stats = self.adversarial(storage)  # [T, E], 0 on the leader's envs
+        bonus = log_q * self.adversarial_coef[storage.member]
+        stats["adversarial_bonus"] = float(bonus.mean())
         self.prepare_stats.update(stats)
         return bonus
 
@@ -237,9 +321,66 @@ class CPO(SAPG):
             advantages,
             batch.log_probs,
             batch.extras["leader_log_prob"],
-            self.cpo.kl_lambda,
+            self.kl_coef[batch.member],
             batch.member != self.leader,
         )
+
+    # ---------------------------------------------------------------- the set point
+
+    @torch.no_grad()
+    def follower_kl(self, storage: RolloutStorage) -> torch.Tensor:
+        """``[F]``: each follower's exact ``KL(pi_f || pi_L)`` averaged over all its own states
+        of the rollout, under the current weights (after an update: the post-update KL)."""
+        m = self.model.num_members
+        obs = storage.flat("obs")
+        member = rollout_labels(storage)  # [T * E]
+        own = self.model.action_params(obs, member)
+        lead = self.model.action_params(obs, self.leader)
+        kl = gaussian_kl(own[0], own[1], lead[0], lead[1])  # [T * E], 0 on the leader's rows
+        sums = torch.zeros(m, dtype=kl.dtype, device=kl.device).index_add_(0, member, kl)
+        counts = torch.bincount(member, minlength=m).clamp(min=1)
+        return (sums / counts).index_select(0, self.follower_index)
+
+    def update(self, storage: RolloutStorage, critic_only: bool = False) -> dict[str, float]:
+        """The PPO epochs, then one set-point step from the post-update KL (not while only
+        the critics learn: the actors, and so the KL, do not respond to the coefficients)."""
+        followers = self.follower_index
+        applied = [self.kl_coef.index_select(0, followers)]
+        if self.adversarial is not None:
+            applied.append(self.adversarial_coef.index_select(0, followers))
+        stats = super().update(storage, critic_only)
+        kl = self.follower_kl(storage)
+        if self.setpoint is not None and not critic_only:
+            self.setpoint.step(kl)
+            self._sync_coefficients()
+        self.coupling_stats = self._coupling_scalars(kl, applied)
+        return stats
+
+    def _coupling_scalars(self, kl: torch.Tensor, applied: list[torch.Tensor]) -> dict[str, float]:
+        """``cpo/*`` scalars: per follower (member index i) the KL after the update and the
+        coefficients this update used; with targets also the target and the fraction of
+        followers within ``[0.5, 2] x`` their target."""
+        rows = [("kl", kl), ("kl_coef", applied[0])]
+        if len(applied) > 1:
+            rows.append(("adversarial_coef", applied[1]))
+        if self.setpoint is not None:
+            rows.append(("kl_target", self.setpoint.targets))
+        values = torch.stack([v for _, v in rows]).cpu()
+        out: dict[str, float] = {}
+        if self.setpoint is not None:
+            out["cpo/kl_in_band"] = float(self.setpoint.in_band(values[0]).float().mean())
+        if self.model.num_members > 16:  # per-follower curves would swamp the logs
+            for j, (name, _) in enumerate(rows):
+                out[f"cpo/{name}_mean"] = float(values[j].mean())
+            return out
+        for j, (name, _) in enumerate(rows):
+            for k, i in enumerate(self.follower_index.tolist()):
+                out[f"cpo/{name}/follower_{i}"] = float(values[j, k])
+        return out
+
+    def end_iteration(self, returns: torch.Tensor, counts: torch.Tensor) -> dict[str, float]:
+        """The ``cpo/*`` scalars of the last update (the runner logs them every iteration)."""
+        return dict(self.coupling_stats)
 
     # ---------------------------------------------------------------- checkpointing
 
@@ -247,9 +388,14 @@ class CPO(SAPG):
         state = super().state_dict()
         if self.adversarial is not None:
             state["discriminator"] = self.adversarial.state_dict()
+        if self.setpoint is not None:
+            state["kl_setpoint"] = self.setpoint.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         if self.adversarial is not None:
             self.adversarial.load_state_dict(state["discriminator"])
+        if self.setpoint is not None:
+            self.setpoint.load_state_dict(state["kl_setpoint"])
+            self._sync_coefficients()

@@ -101,7 +101,7 @@ def kl_penalized_advantages(
     advantages: torch.Tensor,
     log_prob_follower: torch.Tensor,
     log_prob_leader: torch.Tensor,
-    coef: float,
+    coef: float | torch.Tensor,
     is_follower: torch.Tensor,
 ) -> torch.Tensor:
     """CPO's KL penalty toward the leader: ``A_f - lambda * (log pi_f(a|s) - log pi_L(a|s))``.
@@ -112,7 +112,7 @@ def kl_penalized_advantages(
         advantages: ``[N]``.
         log_prob_follower, log_prob_leader: ``[N]``, the behaviour policy's and the leader's
             log-density of the action taken.
-        coef: lambda.
+        coef: lambda, one for all rows or ``[N]`` (each row's member's).
         is_follower: ``[N]`` bool; leader rows are returned unchanged.
     """
     penalty = coef * (log_prob_follower - log_prob_leader)

@@ -127,3 +127,53 @@ def overview(
     if title:
         fig.suptitle(title, fontsize=10)
     return save_figure(fig, path, dpi=100)
+
+
+def _followers(history: Mapping[str, Sequence[tuple[int, float]]], prefix: str) -> list[int]:
+    """Member indices of the followers logged as ``<prefix>/follower_<i>``, sorted."""
+    return sorted(int(k.rsplit("_", 1)[1]) for k in history if k.startswith(f"{prefix}/follower_"))
+
+
+def kl_setpoint(
+    path: str | Path, history: Mapping[str, Sequence[tuple[int, float]]], title: str = ""
+) -> Path | None:
+    """CPO's couplings per follower against iterations: the KL to the leader on the follower's
+    own states with its target and the band [0.5, 2] x target (set-point mode), the KL
+    penalty's lambda and the adversarial coefficient (the values each update used). Iterations
+    that only fit the critics are shaded. None (nothing written) when no ``cpo/kl`` was logged.
+    """
+    followers = _followers(history, "cpo/kl")
+    if not followers:
+        return None
+    plt = pyplot()
+    adversarial = bool(_followers(history, "cpo/adversarial_coef"))
+    panels = 3 if adversarial else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    warmup = [s for s, v in history.get("train/critic_only", []) if v > 0]
+    for k, i in enumerate(followers):
+        color = colors[k % len(colors)]
+        x, y = _series(history, f"cpo/kl/follower_{i}", 1)
+        axes[0].plot(x, y, color=color, linewidth=1.1, label=f"follower {i}")
+        targets = [v for _, v in history.get(f"cpo/kl_target/follower_{i}", [])]
+        if targets:
+            target = targets[-1]
+            axes[0].axhline(target, color=color, linestyle="--", linewidth=0.8)
+            axes[0].axhspan(0.5 * target, 2.0 * target, color=color, alpha=0.1, linewidth=0)
+        x, y = _series(history, f"cpo/kl_coef/follower_{i}", 1)
+        axes[1].plot(x, y, color=color, linewidth=1.1)
+        if adversarial:
+            x, y = _series(history, f"cpo/adversarial_coef/follower_{i}", 1)
+            axes[2].plot(x, y, color=color, linewidth=1.1)
+    titles = ["KL(follower || leader), own states", "KL penalty lambda", "adversarial c_adv"]
+    for ax, name in zip(axes, titles):
+        if warmup:
+            ax.axvspan(min(warmup) - 0.5, max(warmup) + 0.5, color="0.85", linewidth=0)
+        ax.set_yscale("log")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.tick_params(labelsize=7)
+    _legend(axes[0], fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_figure(fig, path, dpi=100)

@@ -20,7 +20,7 @@ from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.diagnostics import Diagnostics
 from myriad.finetune.evaluation import PopulationEvaluation, PopulationEvaluator
 from myriad.finetune.init import InitReport, build_population, initialise
-from myriad.finetune.plots import kl_heatmap, overview
+from myriad.finetune.plots import kl_heatmap, kl_setpoint, overview
 from myriad.finetune.route_plots import route_map
 from myriad.finetune.tracking import TaskStatsEnv, member_scalars
 from myriad.nn.population import block_members
@@ -255,6 +255,9 @@ class FinetuneRunner(RunnerBase):
                     title=f"{self.config['algo']['name']} on {self.config['env']['name']}",
                 )
             )
+            setpoint = kl_setpoint(self.plots_dir / "kl_setpoint.png", self.logger.history)
+            if setpoint is not None:  # CPO: the couplings per follower
+                plots.append(setpoint)
         summary = {
             **self.summary(),
             "checkpoint": str(latest_checkpoint(self.checkpoint_dir)),

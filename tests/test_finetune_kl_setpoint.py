@@ -1,0 +1,269 @@
+"""CPO's KL set point: the controller's rule, its bounds and state, CPO's per-follower
+coefficients, exact resume, the config errors and the held KL on a small maze run."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch.distributions import Normal, kl_divergence
+
+from myriad.cli import main
+from myriad.finetune.api import resolve_config
+from myriad.finetune.kl_setpoint import (
+    KLSetpointConfig,
+    KLSetpointController,
+    fraction_in_band,
+)
+from myriad.finetune.plots import kl_setpoint
+from myriad.finetune.runner import FinetuneRunner
+from myriad.utils.config import ConfigError
+
+CONFIG = KLSetpointConfig(
+    eta=0.5,
+    kl_coef_min=0.01,
+    kl_coef_max=1.0,
+    adversarial_eta=0.25,
+    adversarial_coef_min=1e-3,
+    adversarial_coef_max=0.05,
+)
+
+
+def controller(targets=(0.1, 0.3, 1.0), kl_coef=0.1, adversarial_coef=0.002):
+    return KLSetpointController(targets, CONFIG, kl_coef, adversarial_coef)
+
+
+# ---------------------------------------------------------------- the controller
+
+
+def test_step_follows_the_rule_per_follower():
+    c = controller()
+    # follower 0 at 3x its target, follower 1 in [0.5, 1] x target, follower 2 at 0.2x.
+    c.step(torch.tensor([0.3, 0.2, 0.2]))
+    errors = [(0.3 - 0.1) / 0.1, (0.2 - 0.3) / 0.3, (0.2 - 1.0) / 1.0]
+    expected_lambda = [0.1 * math.exp(0.5 * e) for e in errors]
+    # c decays above the target, holds in [0.5, 1] x target, rises below half of it.
+    expected_c = [0.002 * math.exp(-0.25 * errors[0]), 0.002, 0.002 * math.exp(-0.25 * errors[2])]
+    assert c.kl_coef.tolist() == pytest.approx(expected_lambda, rel=1e-5)
+    assert c.adversarial_coef.tolist() == pytest.approx(expected_c, rel=1e-5)
+    assert c.kl_coef[0] > 0.1 and c.kl_coef[1] < 0.1 and c.kl_coef[2] < 0.1
+    assert c.adversarial_coef[0] < 0.002 < c.adversarial_coef[2]
+
+
+def test_followers_are_independent():
+    a, b = controller(), controller()
+    a.step(torch.tensor([0.3, 0.2, 0.2]))
+    b.step(torch.tensor([0.3, 0.2, 5.0]))  # only follower 2's KL differs
+    assert torch.equal(a.kl_coef[:2], b.kl_coef[:2])
+    assert torch.equal(a.adversarial_coef[:2], b.adversarial_coef[:2])
+    assert b.kl_coef[2] > a.kl_coef[2]
+
+
+def test_bounds_hold_and_are_reached():
+    c = controller()
+    for _ in range(50):
+        c.step(torch.tensor([10.0, 10.0, 10.0]))
+    assert c.kl_coef.tolist() == pytest.approx([1.0] * 3)
+    assert c.adversarial_coef.tolist() == pytest.approx([1e-3] * 3)
+    for _ in range(50):
+        c.step(torch.zeros(3))
+    assert c.kl_coef.tolist() == pytest.approx([0.01] * 3)
+    assert c.adversarial_coef.tolist() == pytest.approx([0.05] * 3)
+    # Initial values outside the bounds start clipped.
+    clipped = controller(kl_coef=5.0, adversarial_coef=1.0)
+    assert clipped.kl_coef.tolist() == pytest.approx([1.0] * 3)
+    assert clipped.adversarial_coef.tolist() == pytest.approx([0.05] * 3)
+
+
+def test_without_adversarial_reward_only_lambda_moves():
+    c = controller(adversarial_coef=None)
+    c.step(torch.tensor([0.0, 0.0, 0.0]))
+    assert c.adversarial_coef is None and "log_adversarial_coef" not in c.state_dict()
+    assert (c.kl_coef < 0.1).all()
+
+
+def test_state_round_trip_continues_exactly():
+    a = controller()
+    kls = torch.rand(6, 3, generator=torch.Generator().manual_seed(0))
+    for kl in kls[:3]:
+        a.step(kl)
+    b = controller(kl_coef=0.5, adversarial_coef=0.01)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))
+    for kl in kls[3:]:
+        a.step(kl)
+        b.step(kl)
+    assert torch.equal(a.kl_coef, b.kl_coef)
+    assert torch.equal(a.adversarial_coef, b.adversarial_coef)
+    with pytest.raises(ValueError, match="saved KL targets"):
+        controller(targets=(0.1, 0.3, 0.5)).load_state_dict(a.state_dict())
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError, match="KL targets must be > 0"):
+        KLSetpointController([0.1, 0.0])
+    with pytest.raises(ValueError, match="0 < min <= max"):
+        KLSetpointConfig(kl_coef_min=1.0, kl_coef_max=0.1)
+    with pytest.raises(ValueError, match="one KL per follower"):
+        controller().step(torch.zeros(2))
+
+
+def test_fraction_in_band():
+    kl = torch.tensor([[0.05, 1.0], [0.2, 2.5], [0.21, 0.49], [0.1, 0.5]])
+    assert fraction_in_band(kl, torch.tensor([0.1, 1.0])).tolist() == [0.75, 0.5]
+
+
+# ---------------------------------------------------------------- CPO with the set point
+
+TINY = [
+    "env=empty",
+    "num_envs=24",
+    "num_steps=8",
+    "env.options.max_episode_steps=6",
+    "population.size=3",
+    "population.hidden=[16]",
+    "algo.discriminator.hidden=[8]",
+    "ppo.epochs=2",
+    "ppo.minibatches=2",
+    "eval.every=2",
+    "eval.episodes=2",
+    "eval.final_episodes=2",
+    "diagnostics.states_per_member=16",
+    "checkpoint_every=2",
+    "progress=false",
+    "plots=false",
+    "tensorboard=false",
+]
+
+
+def tiny(tmp_path, name: str, *extra: str) -> FinetuneRunner:
+    return FinetuneRunner(resolve_config("cpo", [*TINY, *extra]), tmp_path / name)
+
+
+def test_coefficients_reach_the_losses_per_follower(tmp_path):
+    r = tiny(tmp_path, "run", "algo.kl_targets=[0.1,1.0]")
+    cpo = r.algorithm
+    cpo.kl_coef.copy_(torch.tensor([0.0, 0.3, 0.7]))
+    cpo.adversarial_coef.copy_(torch.tensor([0.0, 0.01, 0.04]))
+    r.collector.collect(r.storage)
+    reference = copy.deepcopy(cpo.adversarial)
+    obs, actions = reference._inputs(r.storage)
+    labels = r.storage.member.repeat(r.storage.num_steps)
+    log_q, _ = reference.score(obs, actions, labels)
+    bonus = cpo.reward_bonus(r.storage).reshape(-1)
+    expected = torch.tensor([0.0, 0.01, 0.04])[labels] * log_q.clamp(min=-10.0)
+    torch.testing.assert_close(bonus, expected)
+
+    cpo.prepare(r.storage)
+    batch = next(iter(r.storage.minibatches(1, True, None)))
+    plain = super(type(cpo), cpo).advantages(batch)  # SAPG's, before the KL penalty
+    penalty = batch.log_probs - batch.extras["leader_log_prob"]
+    lam = torch.tensor([0.0, 0.3, 0.7])[batch.member]
+    torch.testing.assert_close(cpo.advantages(batch), plain - lam * penalty)
+    r.close()
+
+
+def test_logged_kl_is_the_exact_kl_on_own_states(tmp_path):
+    r = tiny(tmp_path, "run", "algo.kl_target=0.2")
+    r.learn(1)
+    model, storage, cpo = r.model, r.storage, r.algorithm
+    scalars = r.logger.latest()
+    logged = torch.tensor([scalars["cpo/kl/follower_1"], scalars["cpo/kl/follower_2"]])
+    assert torch.equal(cpo.follower_kl(storage), logged)
+    # Members a few tenths of a nat apart, so that the states each KL is taken on matter.
+    with torch.no_grad():
+        for p in model.actor.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+        model.log_std[2].add_(0.5)
+    obs = storage.obs  # [T, E, O]
+    kl = cpo.follower_kl(storage)
+    for k, i in enumerate((1, 2)):
+        own = obs[:, storage.member == i].reshape(-1, obs.shape[-1])
+        with torch.no_grad():
+            mean_f, log_std_f = model.action_params(own, i)
+            mean_l, log_std_l = model.action_params(own, 0)
+        reference = (
+            kl_divergence(
+                Normal(mean_f.double(), log_std_f.double().exp()),
+                Normal(mean_l.double(), log_std_l.double().exp()),
+            )
+            .sum(-1)
+            .mean()
+        )
+        assert reference > 0.05
+        assert float(kl[k]) == pytest.approx(float(reference), rel=1e-4)
+        assert scalars[f"cpo/kl_target/follower_{i}"] == pytest.approx(0.2)
+    # The coefficients logged are those the update used (the initial ones), and the step that
+    # followed moved them by the rule.
+    kl = torch.tensor([scalars["cpo/kl/follower_1"], scalars["cpo/kl/follower_2"]])
+    assert scalars["cpo/kl_coef/follower_1"] == pytest.approx(0.1)
+    assert scalars["cpo/adversarial_coef/follower_2"] == pytest.approx(0.002)
+    eta = cpo.setpoint.config.eta
+    expected = 0.1 * torch.exp(eta * (kl - 0.2) / 0.2)
+    torch.testing.assert_close(cpo.setpoint.kl_coef, expected.clamp(1e-3, 2.0), rtol=1e-4, atol=0)
+    r.close()
+
+
+def test_fixed_mode_keeps_the_preset(tmp_path):
+    r = tiny(tmp_path, "run", "algo.kl_preset=high", "algo.adversarial_coef=0.004")
+    r.learn(2)
+    assert r.algorithm.setpoint is None
+    history = r.logger.history
+    assert [v for _, v in history["cpo/kl_coef/follower_2"]] == pytest.approx([0.3, 0.3])
+    assert [v for _, v in history["cpo/adversarial_coef/follower_1"]] == pytest.approx([0.004] * 2)
+    assert "cpo/kl_target/follower_1" not in history
+    assert r.algorithm.kl_coef.tolist() == pytest.approx([0.0, 0.3, 0.3])
+    r.close()
+
+
+def test_resume_with_the_set_point_is_exact(tmp_path):
+    extra = ("algo.kl_targets=[0.01,0.5]", "algo.setpoint.eta=1.0")
+    straight = tiny(tmp_path, "straight", *extra)
+    straight.learn(4)
+    first = tiny(tmp_path, "split", *extra)
+    first.learn(2)
+    first.close()
+    second = tiny(tmp_path, "split", *extra)
+    second.algorithm.setpoint.log_kl_coef.fill_(0.0)  # everything must come from the checkpoint
+    second.resume(tmp_path / "split")
+    second.learn(4)
+    a, b = straight.algorithm.setpoint, second.algorithm.setpoint
+    assert torch.equal(a.log_kl_coef, b.log_kl_coef)
+    assert torch.equal(a.log_adversarial_coef, b.log_adversarial_coef)
+    assert not torch.allclose(a.kl_coef, torch.full((2,), 0.1))  # it did move
+    for key, points in straight.logger.history.items():
+        if key.startswith("cpo/"):
+            assert points == second.logger.history[key], key
+    for key, value in straight.model.state_dict().items():
+        assert torch.equal(value, second.model.state_dict()[key]), key
+    straight.close()
+    second.close()
+
+
+def test_config_errors_name_the_fix(tmp_path, capsys):
+    fix = r"has 3 entries for 2 followers .*kl_targets=\[0.3,0.3\]"
+    with pytest.raises(ConfigError, match=fix):
+        tiny(tmp_path, "run", "algo.kl_targets=[0.1,0.3,1.0]")
+    with pytest.raises(ConfigError, match="set kl_penalty=true"):
+        tiny(tmp_path, "run", "algo.kl_target=0.3", "algo.kl_penalty=false")
+    with pytest.raises(ConfigError, match="must be > 0"):
+        tiny(tmp_path, "run", "algo.kl_target=-1")
+    args = ["finetune", "--algo", "cpo", "--run-dir", str(tmp_path / "cli"), *TINY]
+    assert main([*args, "algo.kl_targets=[0.1]"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "give one per follower" in err
+
+
+def test_setpoint_figure(tmp_path):
+    history = {
+        "train/critic_only": [(1, 1.0), (2, 0.0), (3, 0.0)],
+        "cpo/kl/follower_1": [(1, 0.5), (2, 0.3), (3, 0.2)],
+        "cpo/kl_target/follower_1": [(1, 0.2), (2, 0.2), (3, 0.2)],
+        "cpo/kl_coef/follower_1": [(1, 0.1), (2, 0.2), (3, 0.3)],
+        "cpo/adversarial_coef/follower_1": [(1, 0.002), (2, 0.0015), (3, 0.001)],
+    }
+    path = kl_setpoint(tmp_path / "kl_setpoint.png", history, title="t")
+    assert path is not None and path.stat().st_size > 10_000
+    assert kl_setpoint(tmp_path / "none.png", {"train/loss": [(1, 0.0)]}) is None
+    assert not (tmp_path / "none.png").exists()
