@@ -5,7 +5,8 @@
   function ``knn`` is imported from the submodule (``from myriad.entropy.knn import knn``) so
   that ``myriad.entropy.knn`` stays the module.
 - :mod:`myriad.entropy.estimators`: Kozachenko-Leonenko entropy, its importance-weighted form and
-  KL estimate, collective / individual / diversity terms, the per-state reward.
+  KL estimate, collective / individual / diversity terms.
+- :mod:`myriad.entropy.reward`: the per-state k-NN reward.
 - :mod:`myriad.entropy.coverage`: fraction of grid cells visited, per member and for the union.
 
 docs/entropy.md describes the API, the backend rule and the measured speed and accuracy.
@@ -15,15 +16,12 @@ from myriad.entropy.coverage import Coverage, cell_index, coverage
 from myriad.entropy.estimators import (
     DEFAULT_MIN_DISTANCE,
     ImportanceWeightedEntropy,
-    KNNReward,
     PopulationEntropy,
     WeightedEntropy,
     cumulative_log_ratio,
     importance_weighted_entropy,
     kl_entropy,
     kl_entropy_from_distances,
-    knn_reward,
-    knn_reward_from_distances,
     log_unit_ball_volume,
     population_entropy,
     population_entropy_from_distances,
@@ -39,6 +37,7 @@ from myriad.entropy.knn import (
     select_backend,
     select_grouped_backend,
 )
+from myriad.entropy.reward import KNNReward, knn_reward, knn_reward_from_distances
 
 __all__ = [
     "BACKENDS",

@@ -13,18 +13,19 @@ Formulas (docs/entropy.md; all in nats):
   ``V_x = c_p R_k(x)^p``, and ``KL(old || new) = (1/N) sum_x log(k / (N W_x))``.
 - Population of M members: ``H_coll = H(X)``, ``H_ind = (1/M) sum_i H(X_i)``,
   ``diversity = H_coll - H_ind``.
-- Per-state reward: ``r(x) = (1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``.
 
 Duplicate points (zero distances): every ``log R`` is taken of ``max(R, min_distance)``, so a
 particle whose k-th neighbour is an exact copy contributes ``p log(min_distance)`` (finite,
-strongly negative: a point mass has entropy minus infinity) instead of ``-inf`` or NaN. The reward
-uses ``log(c + R)`` with ``c > 0`` and needs no floor. The floor is a parameter of every
-estimator: :data:`DEFAULT_MIN_DISTANCE` (1e-8) suits raw features; pretraining measures
-std-scaled features and passes its ``objective.min_distance`` (1e-3, a resolution).
+strongly negative: a point mass has entropy minus infinity) instead of ``-inf`` or NaN. The floor
+is a parameter of every estimator: :data:`DEFAULT_MIN_DISTANCE` (1e-8) suits raw features;
+pretraining measures std-scaled features and passes its ``objective.min_distance`` (1e-3, a
+resolution). The reward (:mod:`myriad.entropy.reward`) uses ``log(c + R)`` with ``c > 0`` and
+needs no floor.
 
-Every estimator has a ``*_from_distances`` form that takes neighbours already found, so a caller
-that needs several quantities of one batch (pretraining: entropies, reward and the
-importance-weighted estimate) searches once and uses the same maths as the one-call forms.
+:func:`kl_entropy_from_distances`, :func:`population_entropy_from_distances` and
+:func:`importance_weighted_entropy` take neighbours already found, so a caller that needs several
+quantities of one batch (pretraining: entropies, reward and the importance-weighted estimate)
+searches once and uses the same maths as the one-call forms.
 """
 
 from __future__ import annotations
@@ -33,10 +34,8 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from myriad.entropy.knn import GroupLayout, KNNSearch, Neighbors
-from myriad.utils.running_stats import RunningMeanStd
 
 #: Floor applied to k-NN distances before their logarithm (duplicate-point guard).
 DEFAULT_MIN_DISTANCE = 1e-8
@@ -372,149 +371,3 @@ def cumulative_log_ratio(log_ratio: torch.Tensor, episode_start: torch.Tensor) -
     before = csum - log_ratio
     base = torch.gather(before, 0, last_start)
     return csum - base
-
-
-# --------------------------------------------------------------------------------------------
-# per-state reward
-
-
-def _check_reward_parameters(beta: float, c: float) -> None:
-    if not 0.0 <= beta <= 1.0:
-        raise ValueError(f"beta must lie in [0, 1], got {beta}")
-    if not c > 0:
-        raise ValueError(f"c must be > 0 (it keeps log(c + R) finite for duplicates), got {c}")
-
-
-def knn_reward_from_distances(
-    collective_kth: torch.Tensor | None,
-    individual_kth: torch.Tensor | None,
-    beta: float = 1.0,
-    c: float = 1.0,
-) -> torch.Tensor:
-    """Per-state intrinsic reward of docs/algorithms.md §3 from k-th neighbour distances.
-
-    ``r(x) = (1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``.
-
-    Args:
-        collective_kth: ``[N]`` distance to the k-th neighbour in the pooled set; may be None
-            at ``beta = 0``.
-        individual_kth: ``[N]`` the same within the state's own member; may be None at
-            ``beta = 1``.
-        beta: 1 collective (K-Myriad), 0 independent explorers.
-        c: offset inside the log, ``> 0``.
-
-    Returns:
-        ``[N]`` float32 rewards on the distances' device.
-    """
-    _check_reward_parameters(beta, c)
-    if beta > 0 and collective_kth is None:
-        raise ValueError(f"beta={beta} > 0 weighs the pooled term: pass collective_kth")
-    if beta < 1 and individual_kth is None:
-        raise ValueError(f"beta={beta} < 1 weighs the per-member term: pass individual_kth")
-    like = collective_kth if collective_kth is not None else individual_kth
-    reward = torch.zeros(like.shape[0], dtype=torch.float32, device=like.device)
-    if beta > 0:
-        reward += beta * torch.log(c + collective_kth)
-    if beta < 1:
-        reward += (1.0 - beta) * torch.log(c + individual_kth)
-    return reward
-
-
-def knn_reward(
-    x: torch.Tensor,
-    k: int = 10,
-    group: torch.Tensor | None = None,
-    *,
-    num_groups: int | None = None,
-    beta: float = 1.0,
-    c: float = 1.0,
-    search: KNNSearch | None = None,
-) -> torch.Tensor:
-    """Per-state intrinsic reward of docs/algorithms.md §3 for a pooled batch.
-
-    ``r(x) = (1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``: one kNN query on the
-    pooled set (skipped at ``beta = 0``) and one per-group query for all members at once
-    (skipped at ``beta = 1``), then :func:`knn_reward_from_distances`.
-
-    Args:
-        x: entropy features ``[N, p]`` (already normalised; see :class:`KNNReward`).
-        k: neighbour rank.
-        group: ``[N]`` member ids, or None with ``num_groups`` equal contiguous blocks.
-        num_groups: number of members M.
-        beta: 1 collective (K-Myriad), 0 independent explorers.
-        c: offset inside the log, ``> 0``.
-        search: kNN configuration.
-
-    Returns:
-        ``[N]`` float32 rewards on ``x``'s device.
-    """
-    _check_reward_parameters(beta, c)
-    search = search or KNNSearch()
-    r_coll = r_ind = None
-    if beta > 0:
-        r_coll = search(x, k).distances[:, k - 1]
-    if beta < 1:
-        if group is None and num_groups is None:
-            raise ValueError("beta < 1 needs the members: pass group=[N] or num_groups=M")
-        r_ind = search.grouped(x, k, group, num_groups=num_groups).distances[:, k - 1]
-    return knn_reward_from_distances(r_coll, r_ind, beta, c)
-
-
-class KNNReward(nn.Module):
-    """Per-state kNN reward with running feature normalisation (docs/algorithms.md §3).
-
-    Features are divided by the running standard deviation (``RunningMeanStd.scale``: no
-    centring or clipping, which would distort distances) so that dimensions are comparable; the
-    statistics are buffers and travel with ``state_dict``.
-
-    Args:
-        dim: feature dimension p.
-        k: neighbour rank.
-        beta: collective weight in ``[0, 1]``.
-        c: offset inside the log (APT uses 1 on normalised features).
-        search: kNN configuration.
-        normalize: whether to scale features by the running standard deviation.
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        k: int = 10,
-        beta: float = 1.0,
-        c: float = 1.0,
-        *,
-        search: KNNSearch | None = None,
-        normalize: bool = True,
-    ) -> None:
-        super().__init__()
-        self.k = k
-        self.beta = beta
-        self.c = c
-        self.search = search or KNNSearch()
-        self.normalize = normalize
-        self.normalizer = RunningMeanStd(shape=(dim,), clip=None)
-
-    @torch.no_grad()
-    def forward(
-        self,
-        x: torch.Tensor,
-        group: torch.Tensor | None = None,
-        *,
-        num_groups: int | None = None,
-        update: bool = True,
-    ) -> torch.Tensor:
-        """Rewards ``[N]`` for features ``x [N, p]``; ``update`` folds ``x`` into the statistics
-        first."""
-        if self.normalize:
-            if update:
-                self.normalizer.update(x)
-            x = self.normalizer.scale(x)
-        return knn_reward(
-            x,
-            self.k,
-            group,
-            num_groups=num_groups,
-            beta=self.beta,
-            c=self.c,
-            search=self.search,
-        )
