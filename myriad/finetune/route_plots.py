@@ -22,6 +22,7 @@ _MEMBER_OFFSET = 0.12
 
 def _panel(
     ax,
+    legend_ax,
     evaluation: PopulationEvaluation,
     spec: FeatureSpec,
     leader: int,
@@ -74,8 +75,11 @@ def _panel(
     if spec.dim <= 2:
         ax.set_aspect("equal")
     ax.set_title(heading, fontsize=9)
-    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.06), fontsize=7, frameon=False)
     ax.tick_params(labelsize=7)
+    # The legend gets an axis of its own under the map, so the layout leaves room for it.
+    legend_ax.axis("off")
+    handles, names = ax.get_legend_handles_labels()
+    legend_ax.legend(handles, names, loc="upper left", fontsize=7, frameon=False, ncol=2)
 
 
 def _rectangle(xy, width, height, **kwargs):
@@ -110,12 +114,20 @@ def route_map(
     plt = pyplot()
     panels = 2 if perturbed is not None else 1
     layout = regions.layout
-    width = 6.0 if layout is None else max(4.0, 0.33 * layout.width + 1.0)
-    height = 6.0 if layout is None else max(3.0, 0.33 * layout.height + 1.6)
-    fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
+    width = 6.0 if layout is None else max(4.5, 0.33 * layout.width + 1.0)
+    height = 6.0 if layout is None else max(3.0, 0.33 * layout.height + 1.0)
+    legend_height = 0.2 * ((len(evaluation.member_success) + 1) // 2) + 0.2
+    fig, axes = plt.subplots(
+        2,
+        panels,
+        figsize=(width * panels, height + legend_height),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [height, legend_height]},
+    )
     count = evaluation.solutions.count
     _panel(
         axes[0, 0],
+        axes[1, 0],
         evaluation,
         spec,
         leader,
@@ -128,6 +140,7 @@ def route_map(
         after = perturbed.scalars
         _panel(
             axes[0, 1],
+            axes[1, 1],
             perturbed,
             spec,
             leader,
