@@ -8,7 +8,29 @@ import numpy as np
 import pytest
 import torch
 
-from myriad.entropy import cell_index, coverage
+from myriad.entropy import CoverageTracker, cell_index, coverage
+from myriad.envs.base import FeatureSpec
+
+
+def reference_visited(
+    points: torch.Tensor,
+    group: torch.Tensor,
+    m: int,
+    low: list[float],
+    high: list[float],
+    cells: list[int],
+) -> list[set[tuple[int, ...]]]:
+    """Python sets of the cell tuples each group visited inside the bounds, one point at a time."""
+    visited: list[set[tuple[int, ...]]] = [set() for _ in range(m)]
+    for x, g in zip(points.tolist(), group.tolist()):
+        if not all(lo <= v <= hi for v, lo, hi in zip(x, low, high)):
+            continue
+        cell = tuple(
+            min(c - 1, math.floor((v - lo) / (hi - lo) * c))
+            for v, lo, hi, c in zip(x, low, high, cells)
+        )
+        visited[g].add(cell)
+    return visited
 
 
 def reference_coverage(
@@ -20,17 +42,10 @@ def reference_coverage(
     cells: list[int],
     reachable: torch.Tensor | None,
 ) -> tuple[float, list[float]]:
-    """Python sets of visited cell tuples, one point at a time."""
-    visited: list[set[tuple[int, ...]]] = [set() for _ in range(m)]
-    for x, g in zip(points.tolist(), group.tolist()):
-        if not all(lo <= v <= hi for v, lo, hi in zip(x, low, high)):
-            continue
-        cell = tuple(
-            min(c - 1, math.floor((v - lo) / (hi - lo) * c))
-            for v, lo, hi, c in zip(x, low, high, cells)
-        )
-        if reachable is None or bool(reachable[cell]):
-            visited[g].add(cell)
+    """Union and per-group fractions of the reachable cells, from :func:`reference_visited`."""
+    visited = reference_visited(points, group, m, low, high, cells)
+    if reachable is not None:
+        visited = [{c for c in v if bool(reachable[c])} for v in visited]
     total = math.prod(cells) if reachable is None else int(reachable.sum())
     union = set().union(*visited)
     return len(union) / total, [len(v) / total for v in visited]
@@ -110,8 +125,6 @@ def test_bad_input() -> None:
 
 
 def test_feature_spec_coverage_uses_its_grid_and_reachable_cells() -> None:
-    from myriad.envs.base import FeatureSpec
-
     reachable = np.array([[True, False], [True, True]])
     spec = FeatureSpec(("x", "y"), (0.0, 0.0), (1.0, 1.0), (2, 2), reachable=reachable)
     pts = torch.tensor([[0.1, 0.9], [0.9, 0.9], [0.9, 0.1]])  # (0,1) unreachable, (1,1), (1,0)
@@ -119,3 +132,86 @@ def test_feature_spec_coverage_uses_its_grid_and_reachable_cells() -> None:
     assert cov.union_cells == 2 and cov.union == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="no coverage grid"):
         FeatureSpec(("x",), (0.0,), (1.0,)).coverage(pts[:, :1])
+
+
+# ----------------------------------------------------------------------------- tracker
+
+
+def rollouts(spec: FeatureSpec, count: int, t: int, e: int, seed: int) -> list[torch.Tensor]:
+    """``count`` rollouts ``[T, E, p]`` over the spec's bounds, some points outside them."""
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = torch.tensor(spec.low), torch.tensor(spec.high)
+    return [
+        lo + (hi - lo) * (torch.rand(t, e, spec.dim, generator=g) * 1.2 - 0.1) for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_tracker_matches_set_reference_over_rollouts(use_mask: bool) -> None:
+    low, high, cells = [-1.0, 0.0], [1.0, 3.0], [12, 10]
+    g = torch.Generator().manual_seed(7)
+    reachable = torch.rand(*cells, generator=g) > 0.3 if use_mask else None
+    spec = FeatureSpec(
+        ("x", "y"),
+        tuple(low),
+        tuple(high),
+        tuple(cells),
+        reachable=None if reachable is None else reachable.numpy(),
+    )
+    m, t, e = 3, 4, 6
+    member = torch.arange(e) // (e // m)  # equal env blocks, as in a population
+    tracker = CoverageTracker(spec, m)
+    total = math.prod(cells) if reachable is None else int(reachable.sum())
+    seen: list[set[tuple[int, ...]]] = [set() for _ in range(m)]
+    for features in rollouts(spec, 5, t, e, seed=1):
+        out = tracker.update(features, member)
+        points, rows = features.reshape(-1, 2), member.expand(t, -1).reshape(-1)
+        union, per_member = reference_coverage(points, rows, m, low, high, cells, reachable)
+        for i, cells_i in enumerate(reference_visited(points, rows, m, low, high, cells)):
+            seen[i] |= cells_i
+        ever = set().union(*seen)
+        if reachable is not None:
+            ever = {c for c in ever if bool(reachable[c])}
+        expected = {f"coverage/member_{i}": f for i, f in enumerate(per_member)}
+        expected["coverage/union"] = union
+        expected["coverage/member_mean"] = sum(per_member) / m
+        expected["coverage/cumulative_union"] = len(ever) / total
+        assert list(out) == list(expected)
+        # Without a mask the cumulative fraction is a float32 mean, as pretraining logs it.
+        assert out == pytest.approx(expected, rel=1e-7, abs=1e-12)
+    assert 0 < out["coverage/union"] < out["coverage/cumulative_union"] < 1
+    # The state: visited[i, c] for every in-bounds cell member i reached (reachable or not),
+    # c the row-major flat index.
+    state = tracker.state_dict()["visited"]
+    assert state.dtype == torch.bool and state.shape == (m, math.prod(cells))
+    assert state.device.type == "cpu"
+    for i in range(m):
+        assert {int(c) for c in torch.nonzero(state[i]).flatten()} == {
+            a * cells[1] + b for a, b in seen[i]
+        }
+
+
+def test_tracker_state_resumes_exactly() -> None:
+    spec = FeatureSpec(("x", "y"), (0.0, 0.0), (1.0, 1.0), (8, 8))
+    member = torch.arange(8) // 4
+    data = rollouts(spec, 4, 3, 8, seed=2)
+    straight = CoverageTracker(spec, 2)
+    first = CoverageTracker(spec, 2)
+    for features in data[:2]:
+        straight.update(features, member)
+        first.update(features, member)
+    resumed = CoverageTracker(spec, 2)
+    resumed.load_state_dict(first.state_dict())
+    for features in data[2:]:
+        assert resumed.update(features, member) == straight.update(features, member)
+    with pytest.raises(ValueError, match=r"same env and population\.size"):
+        CoverageTracker(spec, 3).load_state_dict(first.state_dict())
+
+
+def test_tracker_without_grid_reports_nothing() -> None:
+    spec = FeatureSpec(("x",), (0.0,), (1.0,))
+    tracker = CoverageTracker(spec, 2)
+    assert tracker.update(torch.rand(3, 4, 1), torch.tensor([0, 0, 1, 1])) == {}
+    assert tracker.state_dict()["visited"].shape == (2, 1)
+    with pytest.raises(ValueError, match="no coverage grid"):
+        tracker.coverage(torch.rand(4, 1), torch.tensor([0, 0, 1, 1]))

@@ -7,12 +7,19 @@
 - :mod:`myriad.entropy.estimators`: Kozachenko-Leonenko entropy, its importance-weighted form and
   KL estimate, collective / individual / diversity terms.
 - :mod:`myriad.entropy.reward`: the per-state k-NN reward.
-- :mod:`myriad.entropy.coverage`: fraction of grid cells visited, per member and for the union.
+- :mod:`myriad.entropy.coverage`: fraction of grid cells visited, per member and for the union,
+  of one batch (:func:`coverage`) or tracked over a run (:class:`CoverageTracker`).
 
 docs/entropy.md describes the API, the backend rule and the measured speed and accuracy.
 """
 
-from myriad.entropy.coverage import Coverage, cell_index, coverage
+from myriad.entropy.coverage import (
+    Coverage,
+    CoverageGrid,
+    CoverageTracker,
+    cell_index,
+    coverage,
+)
 from myriad.entropy.estimators import (
     DEFAULT_MIN_DISTANCE,
     ImportanceWeightedEntropy,
@@ -44,6 +51,8 @@ __all__ = [
     "DEFAULT_MEMORY_BUDGET",
     "DEFAULT_MIN_DISTANCE",
     "Coverage",
+    "CoverageGrid",
+    "CoverageTracker",
     "ImportanceWeightedEntropy",
     "KNNReward",
     "KNNSearch",

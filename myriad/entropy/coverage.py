@@ -5,14 +5,19 @@ A fixed grid of ``cells[d]`` equal bins per dimension covers the declared featur
 bounds are not counted. Per-group and union coverage come from one pass: each in-bounds point
 becomes the key ``group * n_cells + cell``, and ``torch.unique`` + ``bincount`` count distinct
 visited cells per group, so memory stays ``O(N)`` whatever the grid or population size.
+
+:func:`coverage` measures one batch of states; :class:`CoverageTracker` measures each rollout
+of a run and remembers every cell visited so far (the cumulative coverage).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+import numpy as np
 import torch
 
 from myriad.entropy.knn import GroupLayout, check_points
@@ -186,3 +191,130 @@ def coverage(
         per_group_cells=per_group_cells,
         reachable_cells=n_reachable,
     )
+
+
+class CoverageGrid(Protocol):
+    """What :class:`CoverageTracker` reads from a feature description
+    (``myriad.envs.base.FeatureSpec`` is one)."""
+
+    @property
+    def dim(self) -> int:
+        """Feature dimension p."""
+        ...
+
+    @property
+    def cells(self) -> tuple[int, ...]:
+        """Bins per dimension; ``()`` when the features have no coverage grid."""
+        ...
+
+    @property
+    def reachable(self) -> np.ndarray | None:
+        """Bool grid of shape ``cells``, True where a state can be; None: every cell."""
+        ...
+
+    def bounds(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(low [p], high [p])`` on ``device``."""
+        ...
+
+
+class CoverageTracker:
+    """Coverage of each rollout and of everything visited since the start, per member and for
+    the union, on a feature grid (docs/algorithms.md §10).
+
+    State: ``visited``, a ``[M, n_cells]`` bool tensor on ``device`` whose entry ``[i, c]`` is
+    True once member ``i`` has visited the cell with row-major flat index ``c`` (the index of
+    :func:`cell_index`), ``n_cells = prod(grid.cells)``; ``[M, 1]`` and never set when the grid
+    has no cells. ``state_dict()`` is ``{"visited": that tensor on the CPU}``, the layout
+    pretraining checkpoints have always stored (under ``"progress"``).
+
+    Args:
+        grid: the features' grid: ``cells``, ``reachable`` and ``bounds`` (a ``FeatureSpec``).
+        num_members: M.
+        device: where the features arrive and ``visited`` lives.
+    """
+
+    def __init__(
+        self, grid: CoverageGrid, num_members: int, device: torch.device | str = "cpu"
+    ) -> None:
+        self.grid = grid
+        self.num_members = int(num_members)
+        self.device = torch.device(device)
+        self.cells = tuple(int(c) for c in grid.cells)
+        # A copy: the grid of a remote env arrives as a read-only array.
+        self.reachable = (
+            torch.tensor(grid.reachable, dtype=torch.bool, device=self.device)
+            if grid.reachable is not None
+            else None
+        )
+        self.visited = torch.zeros(
+            self.num_members,
+            math.prod(self.cells) if self.cells else 1,
+            dtype=torch.bool,
+            device=self.device,
+        )
+
+    def coverage(self, points: torch.Tensor, member: torch.Tensor) -> Coverage:
+        """Coverage of ``points [N, p]`` visited by ``member [N]`` (state unchanged)."""
+        if not self.cells:
+            raise ValueError(
+                "the features have no coverage grid (cells=()); give their FeatureSpec cells "
+                "to measure coverage"
+            )
+        low, high = self.grid.bounds(points.device)
+        return coverage(
+            points,
+            low,
+            high,
+            self.cells,
+            member,
+            num_groups=self.num_members,
+            reachable=self.reachable,
+        )
+
+    def update(self, features: torch.Tensor, member: torch.Tensor) -> dict[str, float]:
+        """Record a rollout and return its scalars.
+
+        Args:
+            features: ``[T, E, p]`` features of the states reached.
+            member: ``[E]`` member of each env.
+
+        Returns:
+            ``coverage/member_<i>`` (this rollout, member i), ``coverage/union`` (this rollout,
+            all members), ``coverage/member_mean`` and ``coverage/cumulative_union`` (every cell
+            any member has visited since the start); ``{}`` when the grid has no cells.
+        """
+        if not self.cells:
+            return {}
+        flat = features.reshape(-1, features.shape[-1])
+        rows_member = member.expand(features.shape[0], -1).reshape(-1)
+        cov = self.coverage(flat, rows_member)
+        low, high = self.grid.bounds(flat.device)
+        cell, inside = cell_index(flat, low, high, self.cells)
+        self.visited[rows_member[inside], cell[inside]] = True
+        union_visited = self.visited.any(dim=0)
+        if self.reachable is not None:
+            reach = self.reachable.reshape(-1)
+            cumulative = float((union_visited & reach).sum()) / cov.reachable_cells
+        else:
+            cumulative = float(union_visited.float().mean())
+        out = {f"coverage/member_{i}": float(c) for i, c in enumerate(cov.per_group.tolist())}
+        out["coverage/union"] = float(cov.union)
+        out["coverage/member_mean"] = float(cov.per_group.mean())
+        out["coverage/cumulative_union"] = cumulative
+        return out
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``{"visited": [M, n_cells] bool}`` on the CPU."""
+        return {"visited": self.visited.detach().cpu().clone()}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Restore ``visited`` from :meth:`state_dict` (or an older checkpoint's
+        ``"progress"`` entry, which has the same layout)."""
+        visited = state["visited"]
+        if tuple(visited.shape) != tuple(self.visited.shape):
+            raise ValueError(
+                f"checkpoint coverage state has shape {tuple(visited.shape)}, expected "
+                f"{tuple(self.visited.shape)} ([members, grid cells]); resume with the same "
+                "env and population.size"
+            )
+        self.visited.copy_(visited)
