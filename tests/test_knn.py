@@ -10,6 +10,7 @@ from myriad.entropy import knn as knn_mod
 from myriad.entropy.knn import (
     KNNSearch,
     Neighbors,
+    SearchBackend,
     feature_codes,
     feature_levels,
     knn,
@@ -275,6 +276,35 @@ def test_grouped_duplicates_across_groups_are_not_neighbours(gen: torch.Generato
     nb = knn_grouped(x, 3, num_groups=2)
     assert torch.all(nb.distances > 0)
     assert torch.all((nb.indices < 40) == (torch.arange(80) < 40)[:, None])
+
+
+def test_registered_backend_gets_exclusion_reranking_and_groups_from_the_base(
+    monkeypatch, gen: torch.Generator
+) -> None:
+    # A backend that only ranks candidates: the SearchBackend template must exclude each point
+    # by index, return exact sorted distances, and run it per group.
+    class CdistBackend(SearchBackend):
+        name = "cdist"
+
+        def candidates(self, q, r, kk, self_query, options):
+            return torch.cdist(q.double(), r.double()).topk(kk, dim=1, largest=False).indices
+
+    monkeypatch.setitem(knn_mod.REGISTRY, "cdist", CdistBackend())
+    base = torch.randn(150, 3, generator=gen)
+    x = torch.cat([base, base])  # each point's copy ties with the point itself at distance 0
+    nb = knn(x, 4, backend="cdist")
+    assert not (nb.indices == torch.arange(300)[:, None]).any()
+    assert torch.equal(nb.indices[:, 0], (torch.arange(300) + 150) % 300)
+    true = (x[nb.indices] - x[:, None, :]).norm(dim=-1)
+    torch.testing.assert_close(nb.distances, true, rtol=1e-6, atol=1e-6)
+    y = torch.randn(400, 3, generator=gen)
+    group = torch.randint(0, 4, (400,), generator=gen)
+    assert_same(
+        knn_grouped(y, 5, group, backend="cdist"), brute_force(y, 5, mask=group_mask(group)), 5
+    )
+    monkeypatch.delitem(knn_mod.REGISTRY, "cdist")
+    with pytest.raises(ValueError, match="unknown kNN backend 'cdist'"):
+        knn(x, 4, backend="cdist")
 
 
 # ----------------------------------------------------------------------------- selection
