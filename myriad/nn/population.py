@@ -43,6 +43,7 @@ from myriad.nn.distributions import (
     gaussian_sample,
     pairwise_gaussian_kl,
 )
+from myriad.nn.linear import Linear, batched_linear, linear
 from myriad.utils.running_stats import RunningMeanStd
 
 PARAMETERIZATIONS = ("shared_trunk", "embedding", "independent")
@@ -116,7 +117,7 @@ class PopulationLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Member-major batch ``[M, n, in] -> [M, n, out]``: member m's map on ``x[m]``."""
-        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight)
+        return batched_linear(x, self.weight, self.bias)
 
     def forward_all(self, x: torch.Tensor) -> torch.Tensor:
         """Every member on the same rows, ``[N, in] -> [M, N, out]``."""
@@ -124,7 +125,7 @@ class PopulationLinear(nn.Module):
 
     def forward_member(self, x: torch.Tensor, m: int) -> torch.Tensor:
         """Member ``m`` on every row, ``[N, in] -> [N, out]``."""
-        return torch.addmm(self.bias[m], x, self.weight[m])
+        return linear(x, self.weight[m], self.bias[m])
 
     def extra_repr(self) -> str:
         m, i, o = self.weight.shape
@@ -132,7 +133,7 @@ class PopulationLinear(nn.Module):
 
 
 def _linear(in_features: int, out_features: int, gain: float) -> nn.Linear:
-    layer = nn.Linear(in_features, out_features)
+    layer = Linear(in_features, out_features)
     nn.init.orthogonal_(layer.weight, gain=gain)
     nn.init.zeros_(layer.bias)
     return layer
