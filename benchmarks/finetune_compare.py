@@ -230,7 +230,7 @@ def throughput(num_envs: int, iterations: int, workdir: Path) -> dict[str, Any]:
                 "progress=false",
                 "plots=false",
                 "tensorboard=false",
-                "population.kind=shared_trunk",
+                "population.parameterization=shared_trunk",
             ],
         )
         runner = FinetuneRunner(cfg, workdir / f"throughput-{algo}-{members}")

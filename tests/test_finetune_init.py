@@ -21,11 +21,35 @@ from myriad.utils.checkpoint import save_checkpoint
 
 POPULATION = {
     "size": 3,
+    "parameterization": "shared_trunk",
+    "actor_hidden": [16],
+    "critic_hidden": [16],
+    "activation": "elu",
+    "init_log_std": -1.0,
+    "normalize_obs": True,
+}
+# The same population as configs saved by earlier versions wrote it.
+LEGACY_POPULATION = {
+    "size": 3,
     "kind": "shared_trunk",
     "hidden": [16],
     "activation": "elu",
     "init_log_std": -1.0,
     "obs_norm": True,
+}
+# What --init puts in the finetuning config for either: every field but the size, the fields
+# the pretrained config leaves out at their defaults.
+ARCHITECTURE = {
+    "parameterization": "shared_trunk",
+    "actor_hidden": [16],
+    "critic_hidden": [16],
+    "activation": "elu",
+    "embedding_dim": 32,
+    "init_log_std": -1.0,
+    "log_std_bounds": [-5.0, 2.0],
+    "normalize_obs": True,
+    "obs_clip": 10.0,
+    "normalize_value": True,
 }
 # nav-empty without start noise: the start is (6.5, 6.5) and the goal (10.5, 1.5), so the
 # constant action (0.8, -1) (velocity 0.4, -0.5 cells per step) lands on the goal at step 10.
@@ -105,12 +129,13 @@ def test_space_mismatch_lists_what_differs(tmp_path):
     assert "action space" not in text  # both act in [-1, 1]^2
 
 
-def test_init_takes_the_architecture_and_refuses_overriding_it(tmp_path):
-    run, _ = pretrained_run(tmp_path, {"name": "nav-maze", "options": {}})
+@pytest.mark.parametrize("population", [POPULATION, LEGACY_POPULATION], ids=["fields", "legacy"])
+def test_init_takes_the_architecture_and_refuses_overriding_it(tmp_path, population):
+    run, _ = pretrained_run(tmp_path, {"name": "nav-maze", "options": {}}, population)
     cfg = resolve_config("sapg", ["num_envs=16", "population.size=2"], init=run)
-    assert cfg["population"] == {**POPULATION, "size": 2}
+    assert cfg["population"] == {"size": 2, **ARCHITECTURE}
     assert cfg["init"]["source"].endswith("iter_000002.pt")
-    with pytest.raises(InitError, match=re.escape("drop population.kind=independent")):
-        resolve_config("pbt", ["population.kind=independent"], init=run)
+    with pytest.raises(InitError, match=re.escape("drop population.parameterization=independent")):
+        resolve_config("pbt", ["population.parameterization=independent"], init=run)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         resolve_config("cpo", [], init=tmp_path / "nothing")

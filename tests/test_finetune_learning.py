@@ -11,7 +11,8 @@ from myriad.finetune.runner import FinetuneRunner
 BUDGET = [
     "env=empty",
     "num_envs=128",
-    "population.hidden=[64,64]",
+    "population.actor_hidden=[64,64]",
+    "population.critic_hidden=[64,64]",
     "eval.every=0",
     "checkpoint_every=0",
     "progress=false",

@@ -6,18 +6,21 @@ import json
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from myriad.cli import main
 from myriad.finetune.api import resolve_config
 from myriad.finetune.init import InitReport
 from myriad.finetune.runner import FinetuneRunner
+from myriad.utils.checkpoint import load_checkpoint, save_checkpoint
 
 TINY = [
     "env=empty",
     "num_envs=16",
     "num_steps=8",
     "env.options.max_episode_steps=6",
-    "population.hidden=[16]",
+    "population.actor_hidden=[16]",
+    "population.critic_hidden=[16]",
     "ppo.epochs=2",
     "ppo.minibatches=2",
     "eval.every=2",
@@ -155,3 +158,36 @@ def test_critic_warmup_only_after_init_with_fresh_critics(tmp_path):
     r.init_report.critic = "pretrained"
     assert r.critic_warmup == 0
     r.close()
+
+
+def _legacy(population: dict) -> dict:
+    """A population config as versions before the keys were the field names wrote it."""
+    return {
+        "size": population["size"],
+        "kind": population["parameterization"],
+        "hidden": population["actor_hidden"],
+        "activation": population["activation"],
+        "init_log_std": population["init_log_std"],
+        "obs_norm": population["normalize_obs"],
+    }
+
+
+def test_run_saved_with_legacy_population_keys_resumes(tmp_path):
+    first = runner(tmp_path, "ppo", "old", "plots=false", "tensorboard=false")
+    first.learn(2)
+    first.close()
+    folder = tmp_path / "old"
+    config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
+    config["population"] = _legacy(config["population"])
+    (folder / "config.yaml").write_text(OmegaConf.to_yaml(config))
+    checkpoint = folder / "checkpoints" / "iter_000002.pt"
+    payload = load_checkpoint(checkpoint)
+    payload["config"]["population"] = _legacy(payload["config"]["population"])
+    save_checkpoint(checkpoint, payload)
+
+    assert main(["finetune", "--resume", str(folder), "iterations=3", "plots=false"]) == 0
+    assert json.loads((folder / "summary.json").read_text())["iterations"] == 3
+    resumed = load_checkpoint(folder / "checkpoints" / "iter_000003.pt")
+    assert resumed["config"]["population"]["kind"] == "shared_trunk"  # kept as it was saved
+    for key, value in payload["state"]["model"].items():
+        assert value.shape == resumed["state"]["model"][key].shape, key

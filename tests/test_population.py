@@ -1,6 +1,9 @@
-"""The population actor-critic: forward paths, member isolation, member surgery."""
+"""The population actor-critic: forward paths, member isolation, member surgery, its config and
+the population layout check."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -8,11 +11,14 @@ import torch
 from myriad.nn import (
     PARAMETERIZATIONS,
     PopulationActorCritic,
+    PopulationConfig,
     block_members,
     gaussian_kl,
     gaussian_log_prob,
     is_blocked,
 )
+from myriad.nn.population import build_population, check_population, population_config
+from myriad.utils.config import ConfigError
 
 OBS, ACT, M = 5, 3, 4
 
@@ -206,7 +212,7 @@ def test_layout_helpers_and_config_errors():
     assert block_members(6, 3).tolist() == [0, 0, 1, 1, 2, 2]
     assert is_blocked(block_members(8, 4), 4)
     assert not is_blocked(torch.tensor([0, 1, 0, 1]), 2)
-    with pytest.raises(ValueError, match="multiple"):
+    with pytest.raises(ConfigError, match="use num_envs=6 or 8"):
         block_members(7, 2)
     with pytest.raises(ValueError, match="parameterization"):
         PopulationActorCritic(3, 2, 2, "mixture")
@@ -215,3 +221,83 @@ def test_layout_helpers_and_config_errors():
     model = make_model("independent")
     with pytest.raises(ValueError, match="multiple"):
         model.value(torch.randn(5, OBS), torch.zeros(5, dtype=torch.long), blocked=True)
+
+
+@pytest.mark.parametrize(
+    ("layout", "match"),
+    [
+        ((4, 0), "population.size must be >= 1, got 0"),
+        ((8, 16), "population.size=16 is larger than num_envs=8"),
+        (
+            (15, 2),
+            "num_envs=15 does not split into population.size=2 equal blocks; use num_envs=14 or 16",
+        ),
+        ((100, 8, 32, 10), "use num_envs=96 or 104"),
+        (
+            (16, 8, 2, 4),
+            "objective.k=4 needs more than k states per member, but each member collects 4",
+        ),
+    ],
+)
+def test_check_population_names_the_fix(layout, match):
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        check_population(*layout)
+    check_population(64, 8, 16, 10)  # 8 envs x 16 steps = 128 states per member > k
+
+
+LEGACY = {
+    "size": 3,
+    "kind": "embedding",
+    "hidden": [16, 8],
+    "activation": "tanh",
+    "init_log_std": -1.0,
+    "obs_norm": False,
+}
+
+
+def test_population_config_is_built_from_its_fields_and_legacy_keys():
+    fields = {
+        "size": 3,
+        "parameterization": "embedding",
+        "actor_hidden": [16, 8],
+        "critic_hidden": [16, 8],
+        "activation": "tanh",
+        "init_log_std": -1.0,
+        "normalize_obs": False,
+    }
+    config = population_config(fields, OBS, ACT)
+    assert config == PopulationConfig(
+        OBS, ACT, 3, "embedding", (16, 8), (16, 8), "tanh", init_log_std=-1.0, normalize_obs=False
+    )
+    # Configs saved before the keys were the field names load to the same population.
+    assert population_config(LEGACY, OBS, ACT) == config
+    torch.manual_seed(0)
+    a = build_population(LEGACY, OBS, ACT)
+    torch.manual_seed(0)
+    b = build_population(fields, OBS, ACT)
+    assert a.state_dict().keys() == b.state_dict().keys()
+    for key, value in a.state_dict().items():
+        assert torch.equal(value, b.state_dict()[key]), key
+
+
+@pytest.mark.parametrize(
+    ("population", "match"),
+    [
+        (
+            {"size": 2, "hiden": [8]},
+            "population has no key 'hiden'; its keys: size, parameterization, actor_hidden",
+        ),
+        ({"size": "two"}, "population.size='two' must be an integer"),
+        ({"actor_hidden": [8, "x"]}, "population.actor_hidden=[8, 'x'] must be a list of integers"),
+        (
+            {"log_std_bounds": [-5.0]},
+            "population.log_std_bounds=[-5.0] must be a list of 2 numbers",
+        ),
+        ({"normalize_obs": "yes"}, "population.normalize_obs='yes' must be true or false"),
+        ({"parameterization": "mixture"}, "population: unknown parameterization 'mixture'"),
+    ],
+)
+def test_bad_population_config_is_one_line_naming_the_key(population, match):
+    with pytest.raises(ConfigError, match=re.escape(match)) as info:
+        build_population(population, OBS, ACT)
+    assert "\n" not in str(info.value)

@@ -19,7 +19,8 @@ TINY = [
     "num_envs=64",
     "num_steps=16",
     "population.size=4",
-    "population.hidden=[32,32]",
+    "population.actor_hidden=[32,32]",
+    "population.critic_hidden=[32,32]",
     "ppo.epochs=2",
     "ppo.minibatches=2",
     "iterations=4",
@@ -52,9 +53,9 @@ def test_unknown_override_is_a_config_error(tmp_path):
         pretrain(["env=no_such_env"], run_dir=tmp_path / "x", quiet=True)
 
 
-def test_run_folder_contents(tmp_path):
-    summary = _run(tmp_path)
-    run = tmp_path / "run"
+def test_run_folder_contents(tiny_pretrain):
+    assert tiny_pretrain.overrides == tuple(TINY)
+    summary, run = tiny_pretrain.summary, tiny_pretrain.path
     assert (run / "config.yaml").is_file()
     assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "iter_000004.pt"
     assert list(run.glob("events.out.tfevents.*"))
@@ -74,9 +75,8 @@ def test_run_folder_contents(tmp_path):
     assert summary["dataset"].endswith("transitions.hdf5")
 
 
-def test_dataset_is_episode_contiguous_and_consistent(tmp_path):
-    _run(tmp_path)
-    data = read_d4rl(tmp_path / "run" / "dataset" / "transitions.hdf5")
+def test_dataset_is_episode_contiguous_and_consistent(tiny_pretrain):
+    data = read_d4rl(tiny_pretrain.path / "dataset" / "transitions.hdf5")
     n = len(data["observations"])
     # Every transition collected is written once: 4 iterations x 16 steps x 64 envs.
     assert n == 4 * 16 * 64
@@ -98,18 +98,18 @@ def test_dataset_is_episode_contiguous_and_consistent(tmp_path):
     assert data["metadata"]["population_size"] == 4
 
 
-def test_resume_is_exact(tmp_path):
-    _run(tmp_path, name="straight")
+def test_resume_is_exact(tmp_path, tiny_pretrain):
+    straight = tiny_pretrain.path
     cfg = resolve_config([*TINY, "iterations=2"])
     runner = PretrainRunner(cfg, tmp_path / "split")
     runner.learn(2)
     runner.close()
     pretrain(["iterations=4"], resume=tmp_path / "split", quiet=True)
-    a = torch.load(tmp_path / "straight" / "checkpoints" / "iter_000004.pt", weights_only=True)
+    a = torch.load(straight / "checkpoints" / "iter_000004.pt", weights_only=True)
     b = torch.load(tmp_path / "split" / "checkpoints" / "iter_000004.pt", weights_only=True)
     for key, value in a["state"]["model"].items():
         assert torch.equal(value, b["state"]["model"][key]), key
-    da = read_d4rl(tmp_path / "straight" / "dataset" / "transitions.hdf5")
+    da = read_d4rl(straight / "dataset" / "transitions.hdf5")
     db = read_d4rl(tmp_path / "split" / "dataset" / "transitions.hdf5")
     columns = {k: v for k, v in da.items() if k != "metadata"}
     columns.update({f"infos/{k}": v for k, v in columns.pop("infos").items()})
@@ -119,10 +119,10 @@ def test_resume_is_exact(tmp_path):
         np.testing.assert_array_equal(value, other, err_msg=key)
 
 
-def test_resume_with_another_config_lists_differences(tmp_path):
-    _run(tmp_path)
+def test_resume_with_another_config_lists_differences(tmp_path, tiny_pretrain):
+    run = tiny_pretrain.copy(tmp_path / "run")
     with pytest.raises(ConfigMismatchError, match=r"objective\.beta"):
-        pretrain(["objective.beta=0.5", "iterations=6"], resume=tmp_path / "run", quiet=True)
+        pretrain(["objective.beta=0.5", "iterations=6"], resume=run, quiet=True)
 
 
 @pytest.mark.parametrize("beta", [1.0, 0.5])  # 0.5: the per-member (individual) terms too

@@ -14,10 +14,10 @@ The rule:
    (``critic="fresh"``) the critics and the value normaliser keep their fresh initialisation;
    ``critic="pretrained"`` loads them too.
 
-The architecture of the finetuning population (``population.kind``, ``hidden``, ``activation``,
-``init_log_std``, ``obs_norm``) is the pretrained one; only its size is the finetuning
-config's. Observation and action spaces of the two stages must match exactly, or
-:class:`InitError` lists every difference.
+The architecture of the finetuning population (every ``population`` field but ``size``:
+``parameterization``, ``actor_hidden``, ``critic_hidden``, ``activation``, ...) is the pretrained
+one; only its size is the finetuning config's. Observation and action spaces of the two stages
+must match exactly, or :class:`InitError` lists every difference.
 """
 
 from __future__ import annotations
@@ -33,12 +33,15 @@ import torch
 from myriad.envs import make_from_config
 from myriad.envs.base import VecEnv
 from myriad.finetune.evaluation import evaluate_members
-from myriad.nn.population import PopulationActorCritic, build_population
+from myriad.nn.population import (
+    ARCHITECTURE_FIELDS,
+    PopulationActorCritic,
+    build_population,
+    population_fields,
+)
 from myriad.utils.checkpoint import load_checkpoint, resolve_checkpoint
 from myriad.utils.config import ConfigError
 
-#: Population config keys that define the architecture and therefore come from the checkpoint.
-ARCHITECTURE_KEYS = ("kind", "hidden", "activation", "init_log_std", "obs_norm")
 CRITIC_CHOICES = ("fresh", "pretrained")
 
 
@@ -131,7 +134,7 @@ def init_config(cfg: dict[str, Any], source: str | Path, overrides: Sequence[str
     fixed = [
         o
         for o in overrides
-        if o.split("=", 1)[0].lstrip("+~") in {f"population.{k}" for k in ARCHITECTURE_KEYS}
+        if o.split("=", 1)[0].lstrip("+~") in {f"population.{k}" for k in ARCHITECTURE_FIELDS}
     ]
     if fixed:
         raise InitError(
@@ -146,9 +149,11 @@ def init_config(cfg: dict[str, Any], source: str | Path, overrides: Sequence[str
     finally:
         pretrained_env.close()
         env.close()
-    population = dict(cfg["population"])
-    for key in ARCHITECTURE_KEYS:
-        population[key] = pre.config["population"][key]
+    # The pretrained model's own config: it holds the fields an older run's config.yaml lacks.
+    population = population_fields(cfg["population"])
+    population.update(
+        {k: v for k, v in pre.model.config.to_dict().items() if k in ARCHITECTURE_FIELDS}
+    )
     target = build_population(population, env.obs_dim, env.action_dim)
     diff += [d for d in target.compatibility(pre.model) if d not in diff]
     if diff:

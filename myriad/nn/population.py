@@ -44,7 +44,9 @@ from myriad.nn.distributions import (
     pairwise_gaussian_kl,
 )
 from myriad.nn.linear import Linear, batched_linear, linear
+from myriad.utils.config import ConfigError
 from myriad.utils.running_stats import RunningMeanStd
+from myriad.utils.settings import field_names, from_config
 
 PARAMETERIZATIONS = ("shared_trunk", "embedding", "independent")
 
@@ -64,6 +66,40 @@ CRITIC_OUTPUT_GAIN = 1.0
 Member = torch.Tensor | int
 
 
+def check_population(
+    num_envs: int, size: int, num_steps: int | None = None, k: int | None = None
+) -> None:
+    """Check the population layout of a run before anything is built: ``num_envs`` envs form
+    ``size`` contiguous equal member blocks and, with ``num_steps`` and ``k``, every member
+    collects more than ``k`` states per rollout (its k-th neighbour exists).
+
+    Raises:
+        ConfigError: the first rule broken, with the values that would work.
+    """
+    if size < 1:
+        raise ConfigError(f"population.size must be >= 1, got {size}")
+    if size > num_envs:
+        raise ConfigError(
+            f"population.size={size} is larger than num_envs={num_envs}: every member needs at "
+            f"least one env; raise num_envs or lower population.size"
+        )
+    if num_envs % size:
+        lower = num_envs - num_envs % size
+        raise ConfigError(
+            f"num_envs={num_envs} does not split into population.size={size} equal blocks; use "
+            f"num_envs={lower} or {lower + size}, or a population.size that divides {num_envs}"
+        )
+    if num_steps is None or k is None:
+        return
+    per_member = num_envs // size * num_steps
+    if k >= per_member:
+        raise ConfigError(
+            f"objective.k={k} needs more than k states per member, but each member collects "
+            f"{per_member} per rollout (num_envs / population.size * num_steps); lower "
+            f"objective.k or raise num_envs / num_steps"
+        )
+
+
 def block_members(
     num_envs: int, num_members: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
@@ -72,13 +108,10 @@ def block_members(
     ``member[e] = e // (E // M)``.
 
     Raises:
-        ValueError: ``num_envs`` is not a positive multiple of ``num_members``.
+        ConfigError: ``num_envs`` is not a positive multiple of ``num_members`` (see
+            :func:`check_population`).
     """
-    if num_members < 1 or num_envs < num_members or num_envs % num_members:
-        raise ValueError(
-            f"{num_envs} envs cannot be split into {num_members} equal member blocks: "
-            f"num_envs must be a positive multiple of num_members"
-        )
+    check_population(num_envs, num_members)
     return torch.arange(num_members, device=device).repeat_interleave(num_envs // num_members)
 
 
@@ -341,9 +374,12 @@ class IndependentNet(PopulationNet):
 class PopulationConfig:
     """Hyperparameters of a :class:`PopulationActorCritic`.
 
+    The ``population`` config group holds these fields (all but ``obs_dim`` and ``action_dim``,
+    which come from the env) under the same names; :func:`build_population` builds from it.
+
     Attributes:
         obs_dim, action_dim: ``O`` and ``A``.
-        num_members: ``M``.
+        size: ``M``, the number of members.
         parameterization: ``"shared_trunk"`` | ``"embedding"`` | ``"independent"``.
         actor_hidden, critic_hidden: hidden layer sizes of the two networks.
         activation: one of :data:`ACTIVATIONS`.
@@ -359,7 +395,7 @@ class PopulationConfig:
 
     obs_dim: int
     action_dim: int
-    num_members: int = 1
+    size: int = 1
     parameterization: str = "shared_trunk"
     actor_hidden: tuple[int, ...] = (128, 128)
     critic_hidden: tuple[int, ...] = (128, 128)
@@ -385,9 +421,9 @@ class PopulationConfig:
             raise ValueError(
                 f"unknown activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}"
             )
-        if self.num_members < 1 or self.obs_dim < 1 or self.action_dim < 1:
+        if self.size < 1 or self.obs_dim < 1 or self.action_dim < 1:
             raise ValueError(
-                f"num_members, obs_dim and action_dim must be >= 1, got {self.num_members}, "
+                f"size, obs_dim and action_dim must be >= 1, got {self.size}, "
                 f"{self.obs_dim}, {self.action_dim}"
             )
 
@@ -422,7 +458,7 @@ class Evaluation(NamedTuple):
 def _build_net(
     cfg: PopulationConfig, hidden: tuple[int, ...], out: int, gain: float
 ) -> PopulationNet:
-    m, o, act = cfg.num_members, cfg.obs_dim, cfg.activation
+    m, o, act = cfg.size, cfg.obs_dim, cfg.activation
     if cfg.parameterization == "shared_trunk":
         return SharedTrunkNet(m, o, hidden, out, act, gain)
     if cfg.parameterization == "embedding":
@@ -455,14 +491,12 @@ class PopulationActorCritic(nn.Module):
         super().__init__()
         cfg = PopulationConfig(obs_dim, action_dim, num_members, parameterization, **options)
         self.config = cfg
-        self.num_members = cfg.num_members
+        self.num_members = cfg.size
         self.obs_dim = cfg.obs_dim
         self.action_dim = cfg.action_dim
         self.actor = _build_net(cfg, cfg.actor_hidden, cfg.action_dim, ACTOR_OUTPUT_GAIN)
         self.critic = _build_net(cfg, cfg.critic_hidden, 1, CRITIC_OUTPUT_GAIN)
-        self.log_std = nn.Parameter(
-            torch.full((cfg.num_members, cfg.action_dim), float(cfg.init_log_std))
-        )
+        self.log_std = nn.Parameter(torch.full((cfg.size, cfg.action_dim), float(cfg.init_log_std)))
         self.obs_norm = (
             RunningMeanStd(cfg.obs_dim, clip=cfg.obs_clip) if cfg.normalize_obs else None
         )
@@ -470,7 +504,8 @@ class PopulationActorCritic(nn.Module):
 
     @classmethod
     def from_config(cls, config: PopulationConfig) -> PopulationActorCritic:
-        return cls(**{f.name: getattr(config, f.name) for f in fields(config)})
+        values = {f.name: getattr(config, f.name) for f in fields(config)}
+        return cls(num_members=values.pop("size"), **values)
 
     # ---------------------------------------------------------------- internals
 
@@ -632,12 +667,12 @@ class PopulationActorCritic(nn.Module):
                     value[dst_t] = value[src_t].clone()
 
     def compatibility(self, other: PopulationActorCritic) -> list[str]:
-        """Config fields, other than ``num_members``, in which ``other`` differs from this one."""
+        """Config fields, other than ``size``, in which ``other`` differs from this one."""
         a, b = self.config.to_dict(), other.config.to_dict()
         return [
             f"{k}: {b[k]!r} (source) vs {a[k]!r} (target)"
             for k in a
-            if k != "num_members" and a[k] != b[k]
+            if k != "size" and a[k] != b[k]
         ]
 
     @torch.no_grad()
@@ -681,24 +716,61 @@ class PopulationActorCritic(nn.Module):
 
     def extract_members(self, indices: Sequence[int]) -> PopulationActorCritic:
         """A new population made of members ``indices`` of this one, in that order."""
-        new = type(self).from_config(replace(self.config, num_members=len(indices)))
+        new = type(self).from_config(replace(self.config, size=len(indices)))
         new.to(self.log_std.device)
         new.load_members(self, indices)
         return new
 
 
+#: Keys of ``population`` configs saved before the keys were the field names, and the fields
+#: each stands for; run folders and checkpoints written then still load (:func:`population_fields`).
+LEGACY_KEYS: dict[str, tuple[str, ...]] = {
+    "kind": ("parameterization",),
+    "hidden": ("actor_hidden", "critic_hidden"),
+    "obs_norm": ("normalize_obs",),
+}
+
+#: The fields of a population config that define its architecture: everything but the size and
+#: the env's sizes. ``--init`` takes them from the pretrained population.
+ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
+    name for name in field_names(PopulationConfig) if name not in ("obs_dim", "action_dim", "size")
+)
+
+
+def population_fields(population: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``population`` config with the :data:`LEGACY_KEYS` translated to field names (a field
+    given under its own name wins). The one place that knows the old keys."""
+    out = {key: value for key, value in population.items() if key not in LEGACY_KEYS}
+    for key, names in LEGACY_KEYS.items():
+        if key in population:
+            for name in names:
+                out.setdefault(name, population[key])
+    return out
+
+
+def population_config(
+    population: Mapping[str, Any], obs_dim: int, action_dim: int
+) -> PopulationConfig:
+    """The :class:`PopulationConfig` of a ``population`` config group for an env's sizes.
+
+    Raises:
+        ConfigError: a key that is not a field (the message lists the keys), or a bad value.
+    """
+    return from_config(
+        PopulationConfig,
+        population_fields(population),
+        "population",
+        obs_dim=int(obs_dim),
+        action_dim=int(action_dim),
+    )
+
+
 def build_population(
     population: Mapping[str, Any], obs_dim: int, action_dim: int
 ) -> PopulationActorCritic:
-    """The population described by a ``population`` config group (pretraining and finetuning)."""
-    return PopulationActorCritic(
-        obs_dim,
-        action_dim,
-        num_members=int(population["size"]),
-        parameterization=str(population["kind"]),
-        actor_hidden=tuple(population["hidden"]),
-        critic_hidden=tuple(population["hidden"]),
-        activation=str(population["activation"]),
-        init_log_std=float(population["init_log_std"]),
-        normalize_obs=bool(population["obs_norm"]),
-    )
+    """The population described by a ``population`` config group (pretraining and finetuning).
+
+    Raises:
+        ConfigError: see :func:`population_config`.
+    """
+    return PopulationActorCritic.from_config(population_config(population, obs_dim, action_dim))
