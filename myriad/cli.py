@@ -6,6 +6,8 @@ myriad bench envs|knn [...]      throughput benchmarks (JSON + table)
 myriad doctor                    installed components, faiss CPU/GPU, CUDA
 myriad export RUN --format F     convert a run's dataset (hdf5 | zarr | minari), streaming
 myriad dataset info|validate P   summarise or check a dataset of any format
+myriad render RUN [--members]    videos of every member and of the population (RUN/videos)
+myriad report RUN                one self-contained HTML page of a run (RUN/report.html)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 # faiss-cpu and torch each load an OpenMP runtime; with the default spinning wait policy their
 # idle threads starve each other's working threads on few cores (exact faiss in 2-D: 32 s instead
@@ -187,8 +190,22 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _viz_command(name: str, args: argparse.Namespace) -> int:
+    from myriad.viz import commands
+
+    return int(getattr(commands, name)(args))
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line (the usage itself is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"myriad: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="myriad", description="Populations of policies at scale (K-Myriad, CPO)."
     )
     from myriad import __version__
@@ -264,6 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--json", action="store_true", help="info as JSON")
 
     sub.add_parser("doctor", help="report installed components (faiss CPU/GPU, CUDA, extras)")
+    from myriad.viz.commands import add_render_parser, add_report_parser
+
+    add_render_parser(sub)
+    add_report_parser(sub)
     return parser
 
 
@@ -360,6 +381,8 @@ def _dispatch(argv: list[str]) -> int:
         "doctor": lambda: _cmd_doctor(args),
         "export": lambda: _cmd_export(args),
         "dataset": lambda: _cmd_dataset(args),
+        "render": lambda: _viz_command("run_render", args),
+        "report": lambda: _viz_command("run_report", args),
     }
     if rest and args.command not in ("bench", "pretrain", "finetune"):
         parser.error(f"unrecognised arguments: {' '.join(rest)}")
