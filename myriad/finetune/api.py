@@ -9,6 +9,7 @@ from typing import Any
 
 from myriad.finetune.algorithms import check_algorithm
 from myriad.finetune.init import init_config
+from myriad.nn.population import check_population
 from myriad.rl.runner import build_runner, run_to_completion, set_torch_threads
 from myriad.utils.config import ConfigError, compose, output_folder, resumed_config
 from myriad.utils.logging import print_report
@@ -45,7 +46,7 @@ def resolve_config(
                 "--init starts a new run from a pretrained population and --resume continues a "
                 "finetuning run: give one of them"
             )
-        cfg: dict[str, Any] = resumed_config(resume, overrides)
+        cfg: dict[str, Any] = resumed_config(resume, overrides, kind="finetune")
         saved_algo = str(cfg.get("algo", {}).get("name"))
         if algo is not None and algo != saved_algo:
             raise ConfigError(f"{resume} is a run of algo={saved_algo}, not {algo}")
@@ -83,10 +84,10 @@ def finetune(
         quiet: do not print the closing report.
         overwrite: replace the run in ``run_dir`` (a myriad run folder) instead of refusing.
     """
-    from myriad.finetune.runner import FinetuneRunner, check_layout
+    from myriad.finetune.runner import FinetuneRunner
 
     cfg = resolve_config(algo, overrides, init, resume)
-    check_layout(int(cfg["num_envs"]), int(cfg["population"]["size"]))
+    check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
     name = f"{cfg['algo']['name']}-{cfg['env']['name']}"
     folder = output_folder("finetune", name, cfg, resume, run_dir, overwrite)
     set_torch_threads(cfg)

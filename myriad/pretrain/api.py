@@ -19,7 +19,7 @@ def resolve_config(
     overrides that would change the experiment)."""
     if resume is None:
         return compose("pretrain", overrides)
-    return resumed_config(resume, overrides)
+    return resumed_config(resume, overrides, kind="pretrain")
 
 
 def pretrain(

@@ -93,13 +93,19 @@ def load_checkpoint(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint (truncated or another kind of file): give a "
+            "checkpoints/iter_NNNNNN.pt file written by myriad pretrain or myriad finetune"
+        )
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        # torch's message suggests weights_only=False, which would run code from the file.
+        # torch's message suggests weights_only=False, which would run code from the file:
+        # it is not repeated.
         raise CheckpointError(
             f"{path} is not a myriad checkpoint: it holds Python objects that myriad does not "
-            f"load, since loading them could run code from the file ({_first_line(exc)})"
+            "load, since loading them could run code from the file"
         ) from exc
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
         raise CheckpointError(

@@ -94,14 +94,32 @@ def load_run_config(run: str | Path) -> dict[str, Any]:
     raise FileNotFoundError(f"no config.yaml found for run {run}: give a run folder or checkpoint")
 
 
-def resumed_config(run: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+#: The config section that only runs of each command have.
+_KIND_MARKERS = {"pretrain": "objective", "finetune": "algo"}
+
+
+def resumed_config(
+    run: str | Path, overrides: Sequence[str] = (), kind: str | None = None
+) -> dict[str, Any]:
     """A run's saved config with ``overrides`` applied on top; the runner then refuses overrides
-    that would change the experiment (see ``RunnerBase.RESUME_IGNORED_KEYS``)."""
+    that would change the experiment (see ``RunnerBase.RESUME_IGNORED_KEYS``).
+
+    Raises:
+        ConfigError: the run is not of ``kind`` (``"pretrain"`` or ``"finetune"``), or an
+            override has the wrong type or range.
+    """
     from omegaconf.errors import OmegaConfBaseException
 
     from myriad.utils.validation import check_config
 
     original = load_run_config(run)
+    if kind is not None and _KIND_MARKERS[kind] not in original:
+        other = next(k for k, marker in _KIND_MARKERS.items() if marker in original)
+        hint = " (or start finetuning from it with --init)" if other == "pretrain" else ""
+        raise ConfigError(
+            f"{run} is a run of myriad {other}, not {kind}: resume it with "
+            f"myriad {other} --resume {run}{hint}"
+        )
     saved = OmegaConf.create(original)
     if overrides:
         try:

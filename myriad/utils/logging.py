@@ -116,7 +116,8 @@ def print_report(
     title: str, rows: Sequence[tuple[str, str]], files: Sequence[tuple[str, Any]]
 ) -> None:
     """The closing report of a run: a bold title, aligned ``(name, value)`` rows, then where
-    its files are. Long paths stay on one line so they can be copied."""
+    its files are (those that were not written, ``None``, are left out). Long paths stay on
+    one line so they can be copied."""
     from rich.console import Console
 
     console = Console(soft_wrap=True)
@@ -125,4 +126,5 @@ def print_report(
     for name, value in rows:
         console.print(f"  {name:<{width}}  {value}")
     for name, where in files:
-        console.print(f"  {name:<10}  {where}")
+        if where is not None:
+            console.print(f"  {name:<10}  {where}")
