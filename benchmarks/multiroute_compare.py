@@ -32,6 +32,7 @@ import argparse
 import json
 import platform
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -287,10 +288,33 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any]) -> None:
     save_figure(fig, path, dpi=100)
 
 
+def _commit() -> str | None:
+    """The git commit of the ``myriad`` package that ran (None outside a git checkout)."""
+    import myriad
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(myriad.__file__).parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
+
+
 def result_payload(
-    runs: list[dict[str, Any]], args: argparse.Namespace, wall: float, complete: bool
+    runs: list[dict[str, Any]],
+    args: argparse.Namespace,
+    wall: float,
+    complete: bool,
+    with_aggregate: bool = True,
 ) -> dict[str, Any]:
-    agg = aggregate(runs, args.reps) if runs else {}
+    """The JSON written: settings, runs and (``with_aggregate``) the bootstrap aggregates,
+    which take about a minute for the full sweep and are left out of the partial files."""
+    agg = aggregate(runs, args.reps) if runs and with_aggregate else {}
     return {
         "benchmark": "multiroute_compare",
         "complete": complete,
@@ -300,6 +324,7 @@ def result_payload(
             "device": "cpu",
             "versions": library_versions(),
         },
+        "code": _commit(),
         "settings": {
             "env": "nav-three-routes (env=three_routes), task=sparse",
             "variants": {k: VARIANTS[k] for k in args.variants},
@@ -327,9 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--num-envs", type=int, default=512)
-    parser.add_argument("--eval-every", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--num-envs", type=int, default=256)
+    parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--eval-episodes", type=int, default=16, help="per member")
     parser.add_argument("--final-episodes", type=int, default=32, help="per member")
     parser.add_argument("--threshold", type=float, default=0.5)
@@ -364,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         runs.append(record(variant, seed, init, folder, args.threshold))
         if not args.reaggregate:
-            payload = result_payload(runs, args, time.perf_counter() - start, complete=False)
+            wall = time.perf_counter() - start
+            payload = result_payload(runs, args, wall, complete=False, with_aggregate=False)
             write_json(args.out, payload)
     complete = len(runs) == len(plan)
     payload = result_payload(runs, args, time.perf_counter() - start, complete)
