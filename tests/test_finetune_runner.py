@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from myriad.cli import main
+from myriad.finetune.algorithms import ALGORITHMS, build_algorithm
 from myriad.finetune.api import resolve_config
+from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.init import InitReport
 from myriad.finetune.runner import FinetuneRunner
+from myriad.nn.population import build_population
 from myriad.utils.checkpoint import load_checkpoint, save_checkpoint
+from myriad.utils.config import ConfigError
 
 TINY = [
     "env=empty",
@@ -191,3 +197,35 @@ def test_run_saved_with_legacy_population_keys_resumes(tmp_path):
     assert resumed["config"]["population"]["kind"] == "shared_trunk"  # kept as it was saved
     for key, value in payload["state"]["model"].items():
         assert value.shape == resumed["state"]["model"][key].shape, key
+
+
+@pytest.mark.parametrize(
+    ("algo", "extra", "match"),
+    [
+        ("sapg", {"entropy": 0.1}, "algo=sapg has no setting(s) ['entropy']; its settings:"),
+        ("cpo", {"awac_coef": "high"}, "algo.awac_coef='high' must be a number"),
+        ("pbt", ["population.size=1"], "algo=pbt needs population.size >= 2, got 1"),
+        ("cpo", ["population.size=1"], "algo=cpo needs a leader and followers"),
+        ("ppo", ["population.size=2"], "algo=ppo trains one policy over all envs"),
+    ],
+)
+def test_algorithm_settings_are_checked_in_one_line(algo, extra, match):
+    """Also for configs built in code, which the checks of composed configs do not see."""
+    cfg = resolve_config(algo, [*TINY, *(extra if isinstance(extra, list) else [])])
+    if isinstance(extra, dict):
+        cfg["algo"].update(extra)
+    with pytest.raises(ConfigError, match=re.escape(match)) as info:
+        build_algorithm(cfg, build_population(cfg["population"], 4, 2), 0)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("algo", list(ALGORITHMS))
+def test_registry_builds_every_algorithm_with_the_protocol(algo):
+    cfg = resolve_config(algo, [*TINY, *ALGO_TINY[algo]])
+    model = build_population(cfg["population"], 4, 2)
+    algorithm = build_algorithm(cfg, model, 0)
+    assert isinstance(algorithm, FinetuneAlgorithm)
+    assert algorithm.needs_transitions == (algo in ("sapg", "cpo"))
+    assert algorithm.leader == 0  # PBT: the best member, 0 before any round
+    scalars = algorithm.end_iteration(np.zeros(model.num_members), np.ones(model.num_members))
+    assert bool(scalars) == (algo == "pbt")  # PBT logs its hyperparameters; PPO has nothing

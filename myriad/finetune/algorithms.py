@@ -1,31 +1,101 @@
 """The finetuning algorithms by name, built from the resolved run config.
 
-Every algorithm is a :class:`~myriad.rl.PPO` (the update loop over the shared rollout) with
-its own loss terms and hooks. The runner reads three optional attributes:
-
-- ``needs_transitions`` (default False): the collector must store each step's ``next_obs``;
-- ``leader`` (default 0): the member reported and evaluated as the leader;
-- ``end_iteration(returns [M], counts [M]) -> dict`` (default: none): called after each
-  iteration with the per-member sums of finished episodes' returns and their counts (PBT's
-  exploit/explore rounds).
+:data:`ALGORITHMS` maps each name to its builder and to the settings dataclasses whose fields are
+its ``algo.*`` keys. Every algorithm is a :class:`~myriad.finetune.base.FinetuneAlgorithm`: a
+:class:`~myriad.rl.PPO` (the update loop over the shared rollout) with its own loss terms and
+hooks, and the attributes the runner reads (``needs_transitions``, ``leader``,
+``end_iteration``) with PPO's defaults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.cpo import CPO, CPOConfig
 from myriad.finetune.pbt import PBT, PBTConfig
 from myriad.finetune.sapg import SAPG, SAPGConfig
 from myriad.nn.population import PopulationActorCritic
-from myriad.rl.ppo import PPO, ppo_config
+from myriad.rl.ppo import PPOConfig, ppo_config
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import make_generator
+from myriad.utils.settings import field_names, from_config
 
-ALGORITHMS = ("cpo", "sapg", "ppo", "pbt")
+#: Seeds of the algorithm's own random streams, as offsets from the run's seed.
+MINIBATCH_SEED_OFFSET = 1
+PBT_SEED_OFFSET = 2
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What every builder gets: the population, PPO's settings, the ``algo`` block's settings
+    (one dataclass per entry of :attr:`AlgorithmEntry.settings`), the minibatch generator and
+    the run's seed."""
+
+    model: PopulationActorCritic
+    ppo: PPOConfig
+    settings: tuple[Any, ...]
+    generator: torch.Generator
+    seed: int
+
+
+@dataclass(frozen=True)
+class AlgorithmEntry:
+    """One algorithm of the registry.
+
+    Attributes:
+        build: makes the algorithm from :class:`Inputs`.
+        settings: dataclasses whose fields are the algorithm's ``algo.*`` keys.
+        members: the population sizes it accepts, as ``(check, message)``: ``check(M)`` is True
+            for a usable size, else ``message`` (formatted with ``m``) is the error.
+    """
+
+    build: Callable[[Inputs], FinetuneAlgorithm]
+    settings: tuple[type, ...]
+    members: tuple[Callable[[int], bool], str]
+
+
+def _ppo(x: Inputs) -> FinetuneAlgorithm:
+    return FinetuneAlgorithm(x.model, x.ppo, generator=x.generator)
+
+
+def _sapg(x: Inputs) -> FinetuneAlgorithm:
+    return SAPG(x.model, x.ppo, *x.settings, generator=x.generator)
+
+
+def _cpo(x: Inputs) -> FinetuneAlgorithm:
+    return CPO(x.model, x.ppo, *x.settings, generator=x.generator)
+
+
+def _pbt(x: Inputs) -> FinetuneAlgorithm:
+    pbt_generator = torch.Generator().manual_seed(x.seed + PBT_SEED_OFFSET)
+    return PBT(x.model, x.ppo, *x.settings, generator=x.generator, pbt_generator=pbt_generator)
+
+
+_LEADER_AND_FOLLOWERS = (
+    lambda m: m >= 2,
+    "algo={name} needs a leader and followers: population.size >= 2",
+)
+
+ALGORITHMS: dict[str, AlgorithmEntry] = {
+    "cpo": AlgorithmEntry(_cpo, (SAPGConfig, CPOConfig), _LEADER_AND_FOLLOWERS),
+    "sapg": AlgorithmEntry(_sapg, (SAPGConfig,), _LEADER_AND_FOLLOWERS),
+    "ppo": AlgorithmEntry(
+        _ppo,
+        (),
+        (
+            lambda m: m == 1,
+            "algo=ppo trains one policy over all envs: population.size must be 1, got {m}",
+        ),
+    ),
+    "pbt": AlgorithmEntry(
+        _pbt, (PBTConfig,), (lambda m: m >= 2, "algo=pbt needs population.size >= 2, got {m}")
+    ),
+}
 
 
 def check_algorithm(name: str) -> str:
@@ -39,65 +109,31 @@ def check_algorithm(name: str) -> str:
     return name
 
 
-def _settings(name: str, cls: type, algo: Mapping[str, Any]) -> Any:
-    """The dataclass ``cls`` from the entries of ``algo`` that are its fields.
-
-    Raises:
-        ConfigError: a value the dataclass refuses (its message, prefixed with the algorithm).
-    """
-    fields = cls.__dataclass_fields__
-    try:
-        return cls(**{k: v for k, v in algo.items() if k in fields})
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"algo={name}: {exc}") from exc
-
-
-_FIELDS: dict[str, tuple[str, ...]] = {
-    "ppo": (),
-    "sapg": tuple(SAPGConfig.__dataclass_fields__),
-    "cpo": (*SAPGConfig.__dataclass_fields__, *CPOConfig.__dataclass_fields__),
-    "pbt": tuple(PBTConfig.__dataclass_fields__),
-}
-
-
-def build_algorithm(cfg: Mapping[str, Any], model: PopulationActorCritic, seed: int) -> PPO:
+def build_algorithm(
+    cfg: Mapping[str, Any], model: PopulationActorCritic, seed: int
+) -> FinetuneAlgorithm:
     """The algorithm named by ``cfg["algo"]["name"]`` over ``model``.
 
     Raises:
-        ConfigError: unknown algorithm, or a population size the algorithm cannot use.
+        ConfigError: unknown algorithm or setting, a bad setting, or a population size the
+            algorithm cannot use.
     """
     algo = dict(cfg["algo"])
-    name = check_algorithm(str(algo["name"]))
-    known = {"name"} | set(_FIELDS[name])
+    name = check_algorithm(str(algo.pop("name")))
+    entry = ALGORITHMS[name]
+    known = {field for cls in entry.settings for field in field_names(cls)}
     unknown = sorted(set(algo) - known)
     if unknown:
         raise ConfigError(
-            f"algo={name} has no setting(s) {unknown}; its settings: {', '.join(sorted(known))}"
+            f"algo={name} has no setting(s) {unknown}; its settings: "
+            f"{', '.join(sorted(known | {'name'}))}"
         )
-    device = model.log_std.device
-    generator = make_generator(seed + 1, device)
-    ppo = ppo_config(cfg)
-    m = model.num_members
-    if name == "ppo":
-        if m != 1:
-            raise ConfigError(
-                f"algo=ppo trains one policy over all envs: population.size must be 1, got {m}"
-            )
-        return PPO(model, ppo, generator=generator)
-    if name == "pbt":
-        if m < 2:
-            raise ConfigError(f"algo=pbt needs population.size >= 2, got {m}")
-        pbt_generator = torch.Generator().manual_seed(seed + 2)
-        return PBT(
-            model,
-            ppo,
-            _settings(name, PBTConfig, algo),
-            generator=generator,
-            pbt_generator=pbt_generator,
-        )
-    if m < 2:
-        raise ConfigError(f"algo={name} needs a leader and followers: population.size >= 2")
-    sapg = _settings(name, SAPGConfig, algo)
-    if name == "sapg":
-        return SAPG(model, ppo, sapg, generator=generator)
-    return CPO(model, ppo, sapg, _settings(name, CPOConfig, algo), generator=generator)
+    usable, message = entry.members
+    if not usable(model.num_members):
+        raise ConfigError(message.format(name=name, m=model.num_members))
+    settings = tuple(
+        from_config(cls, {k: v for k, v in algo.items() if k in field_names(cls)}, "algo")
+        for cls in entry.settings
+    )
+    generator = make_generator(seed + MINIBATCH_SEED_OFFSET, model.log_std.device)
+    return entry.build(Inputs(model, ppo_config(cfg), settings, generator, seed))

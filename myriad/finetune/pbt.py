@@ -31,8 +31,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from myriad.finetune.base import FinetuneAlgorithm
 from myriad.nn.population import PopulationActorCritic
-from myriad.rl.ppo import PPO, PPOConfig
+from myriad.rl.ppo import PPOConfig
 from myriad.rl.storage import Batch
 
 #: The per-member hyperparameters, in the column order of :attr:`PBT.hyperparameters`.
@@ -204,7 +205,7 @@ class MemberScaledAdam(torch.optim.Adam):
         return loss
 
 
-class PBT(PPO):
+class PBT(FinetuneAlgorithm):
     """PPO over M independent learners with per-member hyperparameters and periodic
     exploit/explore rounds (see the module docstring).
 

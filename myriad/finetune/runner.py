@@ -23,7 +23,7 @@ from myriad.finetune.init import InitReport, build_population, initialise
 from myriad.finetune.plots import kl_heatmap, kl_setpoint, overview
 from myriad.finetune.route_plots import route_map
 from myriad.finetune.tracking import TaskStatsEnv, member_scalars
-from myriad.nn.population import block_members
+from myriad.nn.population import block_members, check_population
 from myriad.rl.collector import RolloutCollector
 from myriad.rl.runner import RunnerBase
 from myriad.utils.checkpoint import latest_checkpoint
@@ -34,18 +34,6 @@ from myriad.utils.seeding import make_generator, seed_everything
 # training envs' episodes.
 _INIT_SEED_OFFSET = 10_000
 _EVAL_SEED_OFFSET = 20_000
-
-
-def check_layout(num_envs: int, size: int) -> None:
-    """Validate that ``num_envs`` splits into ``size`` equal member blocks."""
-    if size < 1:
-        raise ConfigError(f"population.size must be >= 1, got {size}")
-    if num_envs < size or num_envs % size:
-        lower = max(size, num_envs - num_envs % size)
-        raise ConfigError(
-            f"num_envs={num_envs} does not split into population.size={size} equal blocks; "
-            f"use num_envs={lower} or {lower + size}"
-        )
 
 
 def check_task(env: VecEnv) -> None:
@@ -86,7 +74,7 @@ class FinetuneRunner(RunnerBase):
         self.seed = int(cfg["seed"])
         seed_everything(self.seed)
         num_envs, size = int(cfg["num_envs"]), int(cfg["population"]["size"])
-        check_layout(num_envs, size)
+        check_population(num_envs, size)
         env = make_from_config(cfg["env"], num_envs, cfg["device"], cfg.get("distributed"))
         check_task(env)
         desync = bool(cfg.get("desync_episodes", True)) and isinstance(env, TensorVecEnv)
@@ -99,7 +87,7 @@ class FinetuneRunner(RunnerBase):
             self.model,
             member,
             generator=make_generator(self.seed, env.device),
-            store_transitions=bool(getattr(self.algorithm, "needs_transitions", False)),
+            store_transitions=self.algorithm.needs_transitions,
         )
         self.storage = self.collector.make_storage(int(cfg["num_steps"]))
         self.collector.reset(self.seed)
@@ -134,7 +122,7 @@ class FinetuneRunner(RunnerBase):
 
     @property
     def leader(self) -> int:
-        return int(getattr(self.algorithm, "leader", 0))
+        return self.algorithm.leader
 
     def initialise(self, source: str | os.PathLike[str]) -> InitReport:
         """Start the population from a pretrained run (the rule in :mod:`myriad.finetune.init`)."""
@@ -174,9 +162,7 @@ class FinetuneRunner(RunnerBase):
         out["train/critic_only"] = float(critic_only)
         out.update(self.collector.episodes.summary())
         task = self.env.read()
-        end_iteration = getattr(self.algorithm, "end_iteration", None)
-        if end_iteration is not None:
-            out.update(end_iteration(task["return"], task["count"]))
+        out.update(self.algorithm.end_iteration(task["return"], task["count"]))
         leader = self.leader
         out.update(member_scalars(task, leader, self.env.has_success, self.model.num_members <= 16))
         out.update(self.diagnostics(self.model, self.storage, leader))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.losses import (
     dual_clipped_surrogate,
     effective_sample_size,
@@ -25,7 +26,6 @@ from myriad.finetune.losses import (
 from myriad.finetune.rows import follower_rows, leader_rows
 from myriad.nn.distributions import gaussian_kl
 from myriad.nn.population import Evaluation, PopulationActorCritic
-from myriad.rl.gae import compute_gae
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig
 from myriad.rl.storage import Batch, RolloutStorage
 
@@ -176,7 +176,7 @@ class LeaderOffPolicyTerm:
         return self.coef * loss, stats
 
 
-class SAPG(PPO):
+class SAPG(FinetuneAlgorithm):
     """PPO for a leader (member 0) and followers, with the leader also learning off-policy.
 
     Args:
@@ -190,9 +190,11 @@ class SAPG(PPO):
     Needs rollouts collected with ``store_transitions=True`` (``next_obs``).
     """
 
-    #: The collector must store each step's ``next_obs``.
     needs_transitions = True
-    leader = LEADER
+
+    @property
+    def leader(self) -> int:
+        return LEADER
 
     def __init__(
         self,
@@ -252,26 +254,10 @@ class SAPG(PPO):
         return None
 
     def prepare(self, storage: RolloutStorage) -> None:
-        """GAE on the (shaped) rewards, value statistics, then the leader's one-step targets."""
-        cfg = self.config
+        """PPO's preparation (GAE on the rewards plus :meth:`reward_bonus`, value statistics),
+        then the leader's one-step targets."""
         self.prepare_stats = {}
-        bonus = self.reward_bonus(storage)
-        if bonus is None:
-            storage.compute_returns(cfg.gamma, cfg.lam)
-        else:
-            advantages, returns = compute_gae(
-                storage.rewards + bonus,
-                storage.values,
-                storage.dones,
-                storage.last_values,
-                cfg.gamma,
-                cfg.lam,
-                storage.truncation_values,
-            )
-            storage.advantages.copy_(advantages)
-            storage.returns.copy_(returns)
-        if self.model.value_norm is not None:
-            self.model.value_norm.update(storage.returns)
+        super().prepare(storage)
         self._leader_targets(storage)
 
     @torch.no_grad()

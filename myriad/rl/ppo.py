@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import torch
 
 from myriad.nn.population import Evaluation, PopulationActorCritic
+from myriad.rl.gae import compute_gae
 from myriad.rl.losses import (
     adaptive_lr,
     approx_kl,
@@ -165,9 +166,28 @@ class PPO:
 
     # ---------------------------------------------------------------- hooks
 
+    def reward_bonus(self, storage: RolloutStorage) -> torch.Tensor | None:
+        """Added to the rewards for GAE, ``[T, E]``; None (here): the rewards alone."""
+        return None
+
     def prepare(self, storage: RolloutStorage) -> None:
-        """Before the epochs: GAE, then value-normaliser statistics from the new returns."""
-        storage.compute_returns(self.config.gamma, self.config.lam)
+        """Before the epochs: GAE on the rewards plus :meth:`reward_bonus`, then
+        value-normaliser statistics from the new returns."""
+        cfg, bonus = self.config, self.reward_bonus(storage)
+        if bonus is None:
+            storage.compute_returns(cfg.gamma, cfg.lam)
+        else:
+            advantages, returns = compute_gae(
+                storage.rewards + bonus,
+                storage.values,
+                storage.dones,
+                storage.last_values,
+                cfg.gamma,
+                cfg.lam,
+                storage.truncation_values,
+            )
+            storage.advantages.copy_(advantages)
+            storage.returns.copy_(returns)
         if self.model.value_norm is not None:
             self.model.value_norm.update(storage.returns)
 
