@@ -238,11 +238,10 @@ def test_evaluator_counts_routes_and_walls_off_the_leaders(tmp_path):
     probe = make_env(1)
     population = {
         "size": 2,
-        "kind": "shared_trunk",
-        "hidden": [8],
-        "activation": "elu",
-        "init_log_std": 0.0,
-        "obs_norm": False,
+        "parameterization": "shared_trunk",
+        "actor_hidden": [8],
+        "critic_hidden": [8],
+        "normalize_obs": False,
     }
     model = build_population(population, probe.obs_dim, probe.action_dim)
     constant_policy(model, CONSTANT_ACTIONS)
@@ -279,7 +278,8 @@ def test_perturbation_needs_a_layout_and_a_known_name():
 TINY = [
     "num_envs=16",
     "num_steps=8",
-    "population.hidden=[16]",
+    "population.actor_hidden=[16]",
+    "population.critic_hidden=[16]",
     "ppo.epochs=1",
     "ppo.minibatches=1",
     "eval.every=1",
