@@ -13,14 +13,13 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from myriad.datasets.recorder import DatasetRecorder, dataset_location, dataset_metadata
-from myriad.entropy import Coverage, cell_index
+from myriad.entropy import CoverageTracker
 from myriad.envs import make, make_from_config
 from myriad.envs.base import TensorVecEnv
-from myriad.nn.population import build_population
+from myriad.nn.population import block_members, build_population
 from myriad.pretrain.objectives import EntropyMeasurement, build_objective
 from myriad.pretrain.plots import coverage_map, entropy_curves
 from myriad.rl.collector import RolloutCollector
@@ -29,6 +28,7 @@ from myriad.rl.runner import RunnerBase
 from myriad.utils.config import PretrainConfigError
 from myriad.utils.faults import fault_point
 from myriad.utils.seeding import make_generator, seed_everything
+from myriad.viz.runs import TrainingVideos, run_behaviour_plots
 
 
 def check_population(num_envs: int, size: int, num_steps: int, k: int) -> None:
@@ -68,6 +68,7 @@ class PretrainRunner(RunnerBase):
         "iterations",
         "eval.*",
         "torch_threads",
+        "video.*",
     )
 
     def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
@@ -89,24 +90,27 @@ class PretrainRunner(RunnerBase):
             int(cfg["num_steps"]),
             int(obj_cfg["k"]),
         )
+        envs, env_seed = self.env_shard(int(cfg["num_envs"]), int(cfg["population"]["size"]), seed)
         self.env = make_from_config(
-            cfg["env"], int(cfg["num_envs"]), cfg["device"], cfg.get("distributed")
+            cfg["env"], envs.stop - envs.start, cfg["device"], cfg.get("distributed")
         )
         self.model = build_population(cfg["population"], self.env.obs_dim, self.env.action_dim).to(
             self.env.device
         )
         self.algorithm = PPO(self.model, ppo_config(cfg))
+        # The member of every env of the run [E]; this process steps the envs `envs` of it.
+        self.member = block_members(int(cfg["num_envs"]), self.model.num_members, self.env.device)
         self.collector = RolloutCollector(
             self.env,
             self.model,
-            generator=make_generator(seed, self.env.device),
+            member=self.member[envs],
+            generator=make_generator(env_seed, self.env.device),
             store_transitions=True,
         )
         self.storage = self.collector.make_storage(int(cfg["num_steps"]))
-        self.collector.reset(seed)
+        self.collector.reset(env_seed)
         if cfg.get("desync_episodes", True) and isinstance(self.env, TensorVecEnv):
             self.env.randomize_episode_progress()
-        self.member = self.collector.member
         self.num_members = self.model.num_members
         self.measure = EntropyMeasurement(
             int(obj_cfg["k"]),
@@ -116,18 +120,11 @@ class PretrainRunner(RunnerBase):
             min_distance=float(obj_cfg.get("min_distance", 1e-3)),
         )
         self.objective = build_objective(obj_cfg, self.model, self.algorithm)
-        spec = self.env.features
-        self._reachable = (
-            # A copy: the grid of a remote env arrives as a read-only array.
-            torch.tensor(spec.reachable, device=self.env.device)
-            if spec.reachable is not None
+        # Coverage of each rollout and of everything visited so far (None: no grid).
+        self.coverage = (
+            CoverageTracker(self.env.features, self.num_members, self.env.device)
+            if self.env.features.cells
             else None
-        )
-        self.visited = torch.zeros(
-            self.num_members,
-            int(np.prod(spec.cells)) if spec.cells else 1,
-            dtype=torch.bool,
-            device=self.env.device,
         )
         env = self.env
         self.dataset = (
@@ -136,13 +133,14 @@ class PretrainRunner(RunnerBase):
                 env.obs_dim,
                 env.action_dim,
                 env.features.names,
-                env.num_envs,
+                len(self.member),
                 env.max_episode_steps,
                 dataset_metadata(cfg, self.num_members, env.features.names),
             )
             if cfg["dataset"]["enabled"]
             else None
         )
+        self.videos = TrainingVideos.from_config(cfg, self.run_dir)  # None unless video.every
 
     # -- dataset ---------------------------------------------------------------------------
     def _rollout_rows(self) -> dict[str, torch.Tensor]:
@@ -156,21 +154,30 @@ class PretrainRunner(RunnerBase):
             "rewards": s.rewards,
             "terminals": s.terminated,
             "timeouts": s.truncated,
-            "member": self.member.expand(t, e).to(torch.int32),
+            "member": self.collector.member.expand(t, e).to(torch.int32),
             "features": s.extras["state_features"],
         }
 
     # -- one iteration ---------------------------------------------------------------------
     @property
     def steps_per_iteration(self) -> int:
-        return self.storage.num_steps * self.storage.num_envs
+        return self.storage.num_steps * len(self.member)
+
+    # -- the process's share of the run (all of it; torchrun ranks override both) -------
+    def env_shard(self, num_envs: int, num_members: int, seed: int) -> tuple[slice, int]:
+        """The envs of the run this process steps, and the seed of their random streams."""
+        return slice(0, num_envs), seed
+
+    def _gathered(self, local: torch.Tensor, dim: int = 1) -> torch.Tensor:
+        """Per-env tensors of this process's envs (along ``dim``) -> those of all envs."""
+        return local
 
     def iteration(self) -> dict[str, float]:
         t0 = time.perf_counter()
         self.collector.collect(self.storage)
         t_collect = time.perf_counter() - t0
 
-        features = self.storage.features  # [T, E, p] states reached
+        features = self._gathered(self.storage.features)  # [T, E, p] states reached
         if not torch.isfinite(features).all():
             raise FloatingPointError(
                 f"env {self.env.name} returned non-finite entropy features; check the env "
@@ -184,7 +191,8 @@ class PretrainRunner(RunnerBase):
 
         scalars: dict[str, float] = {f"train/{k}": v for k, v in stats.items()}
         scalars.update(measurement.scalars())
-        scalars.update(self._coverage(features))
+        if self.coverage is not None:
+            scalars.update(self.coverage.update(features, self.member))
         scalars.update(self._pairwise_kl())
         if self.dataset is not None:
             self.dataset.record(self._rollout_rows())
@@ -193,36 +201,9 @@ class PretrainRunner(RunnerBase):
         scalars["perf/collect_share"] = t_collect / total
         scalars["perf/update_share"] = t_update / total
         scalars.update(self.collector.episodes.summary())
+        if self.videos is not None and self.videos.due(self.iteration_count + 1):
+            self.videos.record(self.model, self.iteration_count + 1)
         return scalars
-
-    def _coverage_of(self, flat: torch.Tensor, member: torch.Tensor) -> Coverage:
-        """Coverage of states ``flat [N, p]`` visited by ``member [N]`` on the features' grid."""
-        return self.env.features.coverage(
-            flat, member, num_groups=self.num_members, reachable=self._reachable
-        )
-
-    def _coverage(self, features: torch.Tensor) -> dict[str, float]:
-        """Coverage of this rollout per member and union, and of everything visited so far."""
-        spec = self.env.features
-        if not spec.cells:
-            return {}
-        flat = features.reshape(-1, spec.dim)
-        member = self.member.expand(features.shape[0], -1).reshape(-1)
-        cov = self._coverage_of(flat, member)
-        low, high = spec.bounds(flat.device)
-        cell, inside = cell_index(flat, low, high, spec.cells)
-        self.visited[member[inside], cell[inside]] = True
-        union_visited = self.visited.any(dim=0)
-        if self._reachable is not None:
-            reach = self._reachable.reshape(-1)
-            cumulative = float((union_visited & reach).sum()) / cov.reachable_cells
-        else:
-            cumulative = float(union_visited.float().mean())
-        out = {f"coverage/member_{i}": float(c) for i, c in enumerate(cov.per_group.tolist())}
-        out["coverage/union"] = float(cov.union)
-        out["coverage/member_mean"] = float(cov.per_group.mean())
-        out["coverage/cumulative_union"] = cumulative
-        return out
 
     @torch.no_grad()
     def _pairwise_kl(self, max_states: int = 2048) -> dict[str, float]:
@@ -231,7 +212,7 @@ class PretrainRunner(RunnerBase):
             return {}
         obs = self.storage.obs.reshape(-1, self.env.obs_dim)
         idx = torch.linspace(0, len(obs) - 1, min(max_states, len(obs)), device=obs.device).long()
-        kl = self.model.pairwise_kl(obs[idx])
+        kl = self.model.pairwise_kl(self._gathered(obs[idx], dim=0))
         m = self.num_members
         off = kl[~torch.eye(m, dtype=torch.bool, device=kl.device)]
         return {
@@ -247,7 +228,7 @@ class PretrainRunner(RunnerBase):
             "collector": self.collector,
             "objective": self.objective,
             "measure": self.measure,
-            "progress": _Tensors(self, ("visited",)),
+            **({"progress": self.coverage} if self.coverage is not None else {}),
             **({"dataset": _DatasetState(self)} if self.dataset is not None else {}),
         }
 
@@ -258,7 +239,7 @@ class PretrainRunner(RunnerBase):
         cfg = self.config
         env = make(
             cfg["env"]["name"],
-            self.env.num_envs,
+            len(self.member),
             self.env.device,
             **dict(cfg["env"].get("options") or {}),
         )
@@ -266,7 +247,7 @@ class PretrainRunner(RunnerBase):
         obs = env.reset(seed=int(cfg["seed"]) + 1)
         feats, members = [], []
         for _ in range(episodes * env.max_episode_steps):
-            out = self.model.act(obs, self.member, gen, blocked=self.collector.blocked)
+            out = self.model.act(obs, self.member, gen, blocked=True)  # block_members layout
             obs, _, _, _, info = env.step(out.actions)
             feats.append(info["features"])
             members.append(self.member)
@@ -276,8 +257,8 @@ class PretrainRunner(RunnerBase):
         spec = self.env.features
         flat = features.reshape(-1, spec.dim)
         result: dict[str, Any] = {}
-        if spec.cells:
-            cov = self._coverage_of(flat, member.reshape(-1))
+        if self.coverage is not None:
+            cov = self.coverage.coverage(flat, member.reshape(-1))
             result["eval_coverage_union"] = float(cov.union)
             result["eval_coverage_per_member"] = [float(c) for c in cov.per_group.tolist()]
         measurement = self.measure.evaluate(features)
@@ -300,6 +281,9 @@ class PretrainRunner(RunnerBase):
         entropy_curves(
             self.plots_dir / "entropy_coverage.png", self.logger.history, self.steps_per_iteration
         )
+        run_behaviour_plots(
+            cfg["env"], self.plots_dir, features, member, spec, self.num_members, cfg["env"]["name"]
+        )
         return result
 
     def finish(self) -> dict[str, Any]:
@@ -318,21 +302,9 @@ class PretrainRunner(RunnerBase):
         """Release files; an unfinished dataset stays as its ``.partial`` file for resume."""
         if self.dataset is not None:
             self.dataset.close()
+        if self.videos is not None:
+            self.videos.close()
         super().close()
-
-
-class _Tensors:
-    """Adapts named tensor attributes of an object to ``state_dict`` / ``load_state_dict``."""
-
-    def __init__(self, owner: Any, names: tuple[str, ...]) -> None:
-        self.owner, self.names = owner, names
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {n: getattr(self.owner, n).detach().cpu().clone() for n in self.names}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for n in self.names:
-            getattr(self.owner, n).copy_(state[n])
 
 
 class _DatasetState:
