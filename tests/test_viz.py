@@ -275,3 +275,75 @@ def test_rendering_after_mujoco_was_imported_without_a_platform():
     platform, brightest = done.stdout.split()
     assert platform in ("egl", "osmesa")
     assert int(brightest) > 50  # the lit sphere, not a black buffer
+
+
+def test_gymnasium_mujoco_envs_render_from_their_qpos(tmp_path):
+    env = make("gymnasium", 1, env_id="Ant-v5")
+    model = PopulationActorCritic(env.obs_dim, env.action_dim, 1, actor_hidden=(8,))
+    env.close()
+    cfg = {"name": "gymnasium", "options": {"env_id": "Ant-v5"}}
+    result = render_population(model, cfg, tmp_path, max_steps=2, per_member=False)
+    frames = read_video(result.grid)
+    assert frames.shape == (3, 240, 320, 3)
+    assert frames[0].std() > 10
+
+
+def test_training_records_videos_into_the_run_and_tensorboard(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from myriad.pretrain import pretrain
+
+    run = tmp_path / "run"
+    overrides = [
+        "env=four_rooms",
+        "num_envs=16",
+        "num_steps=8",
+        "population.size=2",
+        "iterations=2",
+        "checkpoint_every=0",
+        "progress=false",
+        "dataset.enabled=false",
+        "env.options.max_episode_steps=12",
+        "video.every=2",
+        "video.max_steps=4",
+        "plots=false",
+    ]
+    pretrain(overrides, run_dir=run, quiet=True)
+    assert sorted(p.name for p in (run / "videos" / "train").iterdir()) == ["iter_000002.mp4"]
+    assert read_video(run / "videos" / "train" / "iter_000002.mp4").shape[0] == 5
+    events = EventAccumulator(str(run), size_guidance={"images": 0}).Reload()
+    images = events.Images("videos/population")
+    assert [image.step for image in images] == [2]
+
+
+def test_finetuning_on_mujoco_writes_behaviour_plots_and_videos(tmp_path):
+    from myriad.finetune import finetune
+
+    run = tmp_path / "run"
+    overrides = [
+        "env=ant",
+        "task=native",
+        "num_envs=4",
+        "num_steps=4",
+        "population.size=2",
+        "population.actor_hidden=[16]",
+        "population.critic_hidden=[16]",
+        "algo.discriminator.hidden=[8]",
+        "diagnostics.states_per_member=8",
+        "iterations=1",
+        "checkpoint_every=0",
+        "progress=false",
+        "env.options.max_episode_steps=6",
+        "eval.every=0",
+        "eval.episodes=1",
+        "eval.final_episodes=2",
+        "video.every=1",
+        "video.max_steps=2",
+        "video.format=gif",
+    ]
+    finetune("cpo", overrides, run_dir=run, quiet=True)
+    assert read_video(run / "videos" / "train" / "iter_000001.gif").shape == (3, 240, 642, 3)
+    record = json.loads((run / "plots" / "behaviour.json").read_text())
+    assert record["feature_names"] == ["x", "y"]
+    assert np.asarray(record["energy_distance"]).shape == (2, 2)
+    assert (run / "plots" / "behaviour_features.png").is_file()

@@ -29,6 +29,7 @@ from myriad.rl.runner import RunnerBase
 from myriad.utils.checkpoint import latest_checkpoint
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import make_generator, seed_everything
+from myriad.viz.runs import TrainingVideos, evaluation_behaviour_plots
 
 # Offsets of the seeds of evaluation envs from the run's seed, so evaluations never replay the
 # training envs' episodes.
@@ -58,6 +59,7 @@ class FinetuneRunner(RunnerBase):
         "iterations",
         "torch_threads",
         "eval.*",
+        "video.*",
     )
 
     def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
@@ -104,6 +106,7 @@ class FinetuneRunner(RunnerBase):
             per_member=size <= 16,
         )
         self.init_report: InitReport | None = None
+        self.videos = TrainingVideos.from_config(cfg, self.run_dir)  # None unless video.every
         self.final_eval: dict[str, float] | None = None
         self.evaluator = PopulationEvaluator.from_config(
             dict(cfg.get("eval") or {}), env, self.make_env, size, self.seed + _EVAL_SEED_OFFSET
@@ -169,6 +172,8 @@ class FinetuneRunner(RunnerBase):
         every = int(self.config["eval"]["every"])
         if every and (self.iteration_count + 1) % every == 0:
             out.update(self.evaluate_leader(int(self.config["eval"]["episodes"])))
+        if self.videos is not None and self.videos.due(self.iteration_count + 1):
+            self.videos.record(self.model, self.iteration_count + 1)
         return out
 
     def evaluate_leader(self, episodes: int) -> dict[str, float]:
@@ -244,6 +249,15 @@ class FinetuneRunner(RunnerBase):
             setpoint = kl_setpoint(self.plots_dir / "kl_setpoint.png", self.logger.history)
             if setpoint is not None:  # CPO: the couplings per follower
                 plots.append(setpoint)
+            plots += evaluation_behaviour_plots(
+                self.config["env"],
+                self.plots_dir,
+                self.model,
+                final.episodes,
+                self.env.features,
+                seed=self.seed,
+                title=self.config["env"]["name"],
+            )
         summary = {
             **self.summary(),
             "checkpoint": str(latest_checkpoint(self.checkpoint_dir)),

@@ -304,6 +304,9 @@ def _embedding(
                     fontsize=7,
                     color="white" if distances[i, j] < 0.6 * top else "black",
                 )
+    ticks = range(m) if m <= 16 else range(0, m, math.ceil(m / 16))
+    ax_heat.set_xticks(list(ticks))
+    ax_heat.set_yticks(list(ticks))
     ax_heat.set_xlabel("member")
     ax_heat.set_ylabel("member")
     ax_heat.set_title("energy distance between members", fontsize=10)

@@ -104,6 +104,35 @@ def model_behaviour_plots(
     return behaviour_plots(plots_dir, features, member, spec, model.num_members, title)
 
 
+def evaluation_behaviour_plots(
+    env_cfg: Mapping[str, Any],
+    plots_dir: str | os.PathLike[str],
+    model: PopulationActorCritic,
+    episodes: Any,
+    spec: FeatureSpec,
+    *,
+    seed: int,
+    title: str = "",
+) -> list[Path]:
+    """Behaviour plots of a finetuning run (MuJoCo envs only, as :func:`run_behaviour_plots`):
+    from its final evaluation's episodes when they hold features (an
+    :class:`~myriad.finetune.evaluation.EpisodeBatch`: ``features [N, T + 1, p]``, ``valid
+    [N, T + 1]``, ``member [N]``), else from a fresh rollout of one episode per member."""
+    if env_family(env_cfg) not in BEHAVIOUR_FAMILIES:
+        return []
+    features = getattr(episodes, "features", None)
+    valid = getattr(episodes, "valid", None)
+    if features is None or valid is None:
+        device = next(model.parameters()).device
+        return model_behaviour_plots(
+            model, env_cfg, plots_dir, seed=seed, title=title, device=device
+        )
+    member = episodes.member[:, None].expand(valid.shape)
+    return behaviour_plots(
+        plots_dir, features[valid], member[valid], spec, model.num_members, title
+    )
+
+
 class TrainingVideos:
     """Population videos during training, every ``every`` iterations (the ``video:`` config
     block): a labelled grid of all members into ``<run>/videos/train/iter_NNNNNN.<fmt>``, and
