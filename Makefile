@@ -9,7 +9,7 @@ EXTRAS ?= dev,ray,warp,offline,viz
 comma  := ,
 STAMP  := $(VENV)/.myriad-installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install install-gpu demo test lint bench clean
+.PHONY: install install-gpu demo test lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/myriad bench envs
 	$(BIN)/myriad bench knn
+
+# Every CUDA path end to end in minutes (docs/benchmarks.md); without a GPU it says so and
+# exits 0. The faiss-gpu stage needs `make install-gpu` first.
+gpu-check: $(STAMP)
+	$(BIN)/myriad bench gpu
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

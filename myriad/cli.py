@@ -24,7 +24,7 @@ from typing import NoReturn
 # of 4 s on 2 cores). The policy is read when a runtime loads, so it must be set before either.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-BENCHMARKS = {"envs": "myriad.bench.envs", "knn": "myriad.bench.knn"}
+BENCHMARKS = {"envs": "myriad.bench.envs", "knn": "myriad.bench.knn", "gpu": "myriad.bench.gpu"}
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:

@@ -1,0 +1,109 @@
+"""`myriad bench gpu`: one line without a GPU; on the CPU at small sizes, the stages' plumbing,
+the JSON they write and how a failing stage is recorded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from myriad.bench import gpu
+from myriad.envs import make
+
+CHEAP_STAGES = "nav_envs,pretrain,knn,cpo_finetune"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU this would run the whole check")
+def test_without_a_gpu_the_command_prints_one_line_and_exits_0(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "myriad.cli", "bench", "gpu"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines() == [
+        "myriad bench gpu: no CUDA device on this machine, nothing to check"
+    ]
+    assert not (tmp_path / "benchmarks").exists()
+
+
+def test_stages_on_cpu_write_every_stage_record(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    status = gpu.main(["--device", "cpu", "--small", "--stages", CHEAP_STAGES, "--out", str(out)])
+    payload = json.loads(out.read_text())
+    assert status == 0 and payload["ok"] and payload["failed"] == []
+    assert list(payload["stages"]) == CHEAP_STAGES.split(",")
+    assert len(payload["load_average_start"]) == 3
+    for record in payload["stages"].values():
+        assert record["status"] == "ok" and record["error"] is None and record["seconds"] > 0
+    stages = payload["stages"]
+    assert stages["nav_envs"]["figures"]["nav-maze"]["steps_per_s"] > 0
+    pre = stages["pretrain"]["figures"]
+    assert pre["members"] == gpu.SMALL.pretrain_members and pre["steps_per_s"] > 0
+    assert 0 < pre["knn_share"] < 1
+    assert pre["rollout_host_sync"] == "not applicable on cpu"
+    runs = stages["knn"]["figures"]["runs"]
+    assert len(runs) == len(gpu.SMALL.knn_states) * len(gpu.SMALL.knn_dims)
+    # faiss on the same device and data as the reference: the same exact neighbours.
+    assert all(r["recall"] == 1.0 and r["max_distance_error"] < 1e-5 for r in runs)
+    assert stages["cpo_finetune"]["figures"]["steps_per_s"] > 0
+
+
+def test_a_failing_stage_is_recorded_on_one_line_and_the_check_goes_on(tmp_path: Path) -> None:
+    out = tmp_path / "gpu.json"
+    status = gpu.main(
+        ["--device", "cpu", "--small", "--stages", "cpo_finetune,nav_envs", "--out", str(out)]
+    )
+    payload = json.loads(out.read_text())
+    assert status == 1 and not payload["ok"] and payload["failed"] == ["cpo_finetune"]
+    failed = payload["stages"]["cpo_finetune"]
+    assert failed["status"] == "failed" and "\n" not in failed["error"]
+    assert failed["error"].startswith("RuntimeError: CPO finetunes the pretrain stage's run")
+    assert payload["stages"]["nav_envs"]["status"] == "ok"
+
+
+def test_unknown_stage_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        gpu.main(["--device", "cpu", "--stages", "nav_envs,warp"])
+    assert exc.value.code == 2
+    assert "unknown stage(s) ['warp']" in capsys.readouterr().err
+
+
+def test_exact_recall_counts_shared_neighbours_per_row() -> None:
+    found = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    exact = torch.tensor([[3, 2, 1], [4, 9, 8]])
+    assert gpu.exact_recall(found, exact) == pytest.approx((3 / 3 + 1 / 3) / 2)
+
+
+def test_trajectory_gap_is_zero_for_twins_and_locates_a_divergence() -> None:
+    twin_a, twin_b = make("nav-maze", 8), make("nav-maze", 8)
+    same = gpu.trajectory_gap(twin_a, twin_b, steps=5)
+    assert same["obs"] == same["reward"] == same["reset_obs"] == 0.0
+    assert same["per_step"] == [0.0] * 5
+    slow = make("nav-maze", 8, max_speed=0.2)
+    differs = gpu.trajectory_gap(twin_a, slow, steps=5)
+    assert differs["reset_obs"] == 0.0 and all(g > 0 for g in differs["per_step"])
+
+
+def test_junit_counts_and_one_line_errors(tmp_path: Path) -> None:
+    report = tmp_path / "report.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_a" name="test_ok"/>'
+        '<testcase classname="tests.test_a" name="test_bad"><failure message="x"/></testcase>'
+        '<testcase classname="tests.test_b" name="test_cuda">'
+        '<skipped message="needs CUDA"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    counts = gpu.junit_counts(report)
+    assert (counts["passed"], counts["failed"], counts["skipped"]) == (1, 1, 1)
+    assert counts["failures"] == ["tests.test_a::test_bad"]
+    assert counts["skip_reasons"] == ["tests.test_b::test_cuda: needs CUDA"]
+    assert gpu.one_line(ValueError("first\nsecond")) == "ValueError: first"
+    assert len(gpu.one_line(RuntimeError("x" * 1000))) == 300
