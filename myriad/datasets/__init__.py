@@ -7,14 +7,14 @@ zarr v3 replay buffers (:class:`ZarrWriter`), Minari datasets (:class:`MinariWri
 """
 
 from myriad.datasets.d3rlpy_adapter import to_d3rlpy
-from myriad.datasets.data import TransitionData, load, qlearning_dataset
+from myriad.datasets.data import TransitionData, load, qlearning_dataset, relabel
 from myriad.datasets.episodes import EpisodeAssembler, random_policy_rows
 from myriad.datasets.export import ExportResult, export
 from myriad.datasets.formats import FORMATS, detect_format, open_reader, open_writer
 from myriad.datasets.hdf5 import D4RLWriter, HDF5Reader, read_d4rl
 from myriad.datasets.inspection import ValidationReport, dataset_info, validate
 from myriad.datasets.minari_store import MinariReader, MinariWriter
-from myriad.datasets.relabel import NavGoalReward, relabel
+from myriad.datasets.relabel import NavGoalReward
 from myriad.datasets.schema import (
     DatasetSpec,
     DatasetWriteError,

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from myriad.datasets.relabel import NavGoalReward, relabel_rows, relabel_stream, reward_note
 from myriad.datasets.schema import (
     CHUNK_ROWS,
     ROW_KEYS,
@@ -117,7 +118,7 @@ def load(
         framework: ``"numpy"`` or ``"torch"``.
         device: torch device (``framework="torch"``).
         task: relabel rewards and terminals with this task of the dataset's env
-            (``"sparse"`` or ``"dense"``, see :func:`myriad.datasets.relabel`).
+            (``"sparse"`` or ``"dense"``, see :func:`relabel`).
         goal: the task's goal ``(x, y)`` (default: the env's).
         chunk_rows: rows read at a time.
 
@@ -127,12 +128,11 @@ def load(
     if framework not in ("numpy", "torch"):
         raise ValueError(f"framework must be 'numpy' or 'torch', got {framework!r}")
     from myriad.datasets.formats import open_reader
-    from myriad.datasets.relabel import relabel_stream
 
     reader = open_reader(path)
     try:
         spec = reader.spec
-        chunks = _filtered(reader.iter_chunks(chunk_rows), members)
+        chunks = filter_members(reader.iter_chunks(chunk_rows), members)
         if task is not None:
             chunks = relabel_stream(chunks, spec, task, goal)
         rows = concat_rows(list(chunks), spec)
@@ -144,13 +144,28 @@ def load(
     return data.to_torch(device) if framework == "torch" else data
 
 
-def reward_note(task: str, goal: tuple[float, float] | None) -> str:
-    """The ``metadata["reward"]`` of a dataset whose rewards were relabelled with a task."""
-    where = f"goal {tuple(goal)}" if goal is not None else "the env's goal"
-    return f"task reward '{task}' for {where}, relabelled from next states"
+def relabel(
+    data: TransitionData, task: str, goal: tuple[float, float] | None = None
+) -> TransitionData:
+    """``data`` with the rewards and terminals of ``task`` for ``goal`` (NumPy data).
+
+    Args:
+        data: a dataset of a nav env (episode-contiguous, features ``x, y``).
+        task: ``"sparse"`` or ``"dense"``.
+        goal: ``(x, y)``; default the env's goal.
+    """
+    spec = data.spec
+    rows = relabel_rows(data.rows(), spec, NavGoalReward.for_spec(spec, task, goal))
+    return replace(
+        data,
+        rewards=rows["rewards"],
+        terminals=rows["terminals"],
+        metadata={**data.metadata, "reward": reward_note(task, goal)},
+    )
 
 
-def _filtered(chunks: Any, members: list[int] | tuple[int, ...] | None) -> Any:
+def filter_members(chunks: Any, members: list[int] | tuple[int, ...] | None) -> Any:
+    """The row batches ``chunks`` with only the rows of ``members`` (all when None)."""
     if members is None:
         yield from chunks
         return

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from myriad.datasets.data import _filtered, reward_note
+from myriad.datasets.data import filter_members
 from myriad.datasets.formats import FORMATS, open_reader, open_writer
+from myriad.datasets.relabel import reward_note
 from myriad.datasets.schema import CHUNK_ROWS, DatasetSpec
 
 
@@ -115,7 +116,7 @@ def export(
         if target.resolve() == src.resolve():
             raise ValueError(f"the output {target} is the source dataset")
         writer = open_writer(fmt, target, out_spec, dataset_id=dataset_id, chunk_rows=chunk_rows)
-        chunks = _filtered(reader.iter_chunks(chunk_rows), members)
+        chunks = filter_members(reader.iter_chunks(chunk_rows), members)
         if task is not None:
             chunks = relabel_stream(chunks, spec, task, goal)
         largest = 0

@@ -3,8 +3,8 @@
 For the nav suite (``nav-*`` envs, any layout) the task reward of a transition depends only on the
 next state's position, so it can be recomputed for any goal: ``"sparse"`` gives ``+1`` and a
 terminal on reaching the goal, ``"dense"`` adds minus the normalised geodesic distance to the goal,
-exactly as :class:`myriad.envs.nav.PointNavEnv` computes them (same float32 arithmetic, same
-geodesic table).
+computed by the env's own :meth:`myriad.envs.nav.PointNavEnv.task_reward` (the function the env
+steps with).
 
 The next state's position is the next row's ``infos/x, infos/y`` inside an episode, and at an
 episode's last row (where the next row belongs to another episode) it is read back from
@@ -18,13 +18,11 @@ episodes; ``timeouts`` are kept.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
-from myriad.datasets.data import TransitionData, reward_note
 from myriad.datasets.schema import DatasetSpec, Rows, concat_rows, take_rows
 
 TASKS = ("sparse", "dense")
@@ -64,13 +62,7 @@ class NavGoalReward:
                 f"relabelling needs an env of the nav suite (nav-*), the dataset's env is {env!r}"
             )
         self.task = task
-        self.goal = nav.goal_set[0].clone()
-        self.radius = nav.goal_radius
-        self.size = nav.size.clone()
-        self.height = nav.layout.height
-        self.table = nav.goal_distance[0].clone()
-        self.scale = nav.distance_scale
-        nav.close()
+        self.env = nav
 
     @classmethod
     def for_spec(
@@ -83,20 +75,21 @@ class NavGoalReward:
 
     def positions(self, observations: np.ndarray) -> np.ndarray:
         """World positions ``[N, 2]`` encoded in observations ``[N, O]``."""
-        obs = torch.as_tensor(observations[:, :2], dtype=torch.float32)
-        return ((obs + 1) / 2 * self.size).numpy()
+        return self.env.positions(torch.as_tensor(observations, dtype=torch.float32)).numpy()
 
     def __call__(self, next_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(rewards [N] float32, terminals [N] bool)`` of transitions reaching
         ``next_positions [N, 2]``."""
         pos = torch.as_tensor(next_positions, dtype=torch.float32)
-        reached = (pos - self.goal).square().sum(dim=1) <= self.radius**2
-        reward = reached.float()
-        if self.task == "dense":
-            cell = pos.floor().long()
-            flat = cell[:, 0] * self.height + cell[:, 1]
-            reward = reward - self.table[flat] / self.scale
+        goal = torch.zeros(len(pos), dtype=torch.long)  # the env's only goal
+        reward, reached = self.env.task_reward(pos, goal)
         return reward.numpy(), reached.numpy()
+
+
+def reward_note(task: str, goal: tuple[float, float] | None) -> str:
+    """The ``metadata["reward"]`` of a dataset whose rewards were relabelled with a task."""
+    where = f"goal {tuple(goal)}" if goal is not None else "the env's goal"
+    return f"task reward '{task}' for {where}, relabelled from next states"
 
 
 def _next_positions(rows: Rows, spec: DatasetSpec, reward: NavGoalReward) -> np.ndarray:
@@ -118,7 +111,9 @@ def _next_positions(rows: Rows, spec: DatasetSpec, reward: NavGoalReward) -> np.
     return nxt
 
 
-def _relabel_rows(rows: Rows, spec: DatasetSpec, reward: NavGoalReward) -> Rows:
+def relabel_rows(rows: Rows, spec: DatasetSpec, reward: NavGoalReward) -> Rows:
+    """``rows`` (whole episodes, or a batch whose last row ends its episode) with the rewards
+    and terminals of ``reward``."""
     if len(rows["rewards"]) == 0:
         return rows
     rewards, terminals = reward(_next_positions(rows, spec, reward))
@@ -147,26 +142,6 @@ def relabel_stream(
             rows = take_rows(rows, slice(0, n - 1))
             if n == 1:
                 continue
-        yield _relabel_rows(rows, spec, reward)
+        yield relabel_rows(rows, spec, reward)
     if carry is not None:
-        yield _relabel_rows(carry, spec, reward)
-
-
-def relabel(
-    data: TransitionData, task: str, goal: tuple[float, float] | None = None
-) -> TransitionData:
-    """``data`` with the rewards and terminals of ``task`` for ``goal`` (NumPy data).
-
-    Args:
-        data: a dataset of a nav env (episode-contiguous, features ``x, y``).
-        task: ``"sparse"`` or ``"dense"``.
-        goal: ``(x, y)``; default the env's goal.
-    """
-    spec = data.spec
-    rows = _relabel_rows(data.rows(), spec, NavGoalReward.for_spec(spec, task, goal))
-    return replace(
-        data,
-        rewards=rows["rewards"],
-        terminals=rows["terminals"],
-        metadata={**data.metadata, "reward": reward_note(task, goal)},
-    )
+        yield relabel_rows(carry, spec, reward)

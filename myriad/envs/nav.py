@@ -280,21 +280,37 @@ class PointNavEnv(TensorVecEnv):
 
         if self.task == "none":
             return self._zeros, self._never
-        goal = self.goal_set[self.goal_index]
-        self.reached = (pos - goal).square().sum(dim=1) <= self.goal_radius**2
-        reward = self.reached.float()
+        reward, self.reached = self.task_reward(pos, self.goal_index)
+        return reward, self.reached.clone()
+
+    def task_reward(
+        self, pos: torch.Tensor, goal_index: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The task reward of arriving at ``pos [N, 2]`` with goals ``goal_index [N]`` (into
+        :attr:`goal_set`), and whether the goal is reached, ``[N]`` each: the env steps with it,
+        and :mod:`myriad.datasets.relabel` recomputes datasets' rewards with it.
+
+        ``"sparse"`` and ``"multigoal"``: 1 within ``goal_radius`` of the goal, else 0;
+        ``"dense"`` adds minus the geodesic cell distance to the goal over its largest value.
+        """
+        reached = (pos - self.goal_set[goal_index]).square().sum(dim=1) <= self.goal_radius**2
+        reward = reached.float()
         if self.task == "dense":
             cell = pos.floor().long()
             flat = cell[:, 0] * self.layout.height + cell[:, 1]
-            geo = self.goal_distance[self.goal_index, flat]
+            geo = self.goal_distance[goal_index, flat]
             reward = reward - geo / self.distance_scale
-        return reward, self.reached.clone()
+        return reward, reached
 
     def _observe(self) -> torch.Tensor:
         parts = [self.pos / self.size * 2 - 1, self.vel / self.max_speed]
         if self.goal_in_obs:
             parts.append(self.goal_set[self.goal_index] / self.size * 2 - 1)
         return torch.cat(parts, dim=1)
+
+    def positions(self, observations: torch.Tensor) -> torch.Tensor:
+        """World positions ``[N, 2]`` of observations ``[N, O]`` (undoes their scaling)."""
+        return (observations[:, :2] + 1) / 2 * self.size
 
     def _features(self) -> torch.Tensor:
         return self.pos.clone()
