@@ -31,13 +31,16 @@ install-gpu: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/myriad pretrain
 
+# lint-imports checks that the packages' layers point one way (the contract in pyproject.toml).
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n 2 -q tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/myriad bench envs

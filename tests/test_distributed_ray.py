@@ -219,6 +219,21 @@ def test_worker_error_surfaces_with_its_traceback(remote):
         collector.collect()
 
 
+def test_run_config_with_distributed_entry_builds_remote_envs(ray_session):
+    """``make_from_config`` (envs layer) builds Ray-backed envs through the factory that
+    myriad.distributed installs, and local envs without the entry."""
+    from myriad.envs import make_from_config
+
+    env_cfg = {"name": ENV, "options": OPTIONS}
+    env = make_from_config(env_cfg, 3, "cpu", {"workers": {"num_workers": 1, **WORKER}})
+    try:
+        assert isinstance(env, RemoteVecEnv) and env.name == ENV and env.num_envs == 3
+        assert torch.equal(env.reset(5), make(ENV, 3, **OPTIONS).reset(shard_seed(5, 0)))
+    finally:
+        env.close()
+    assert not isinstance(make_from_config(env_cfg, 3), RemoteVecEnv)
+
+
 def test_failing_env_construction_surfaces(ray_session):
     with pytest.raises(ray.exceptions.RayActorError, match="unknown task"):
         RemoteVecEnv(ENV, 2, 1, env_options={"task": "bogus"}, **WORKER)

@@ -8,7 +8,15 @@ and the classes that need it say what to install when they are used.
 - :class:`APSCollector`: worker-side inference; workers hold a policy copy and get new weights
   only when their policy drifted by more than ``delta`` nats (:class:`AdaptiveSync`).
 - :func:`load_config` / :func:`init_ray`: the ``local`` and ``cluster`` presets.
+
+Importing this package installs :class:`RemoteVecEnv` as the env factory of run configs with a
+``distributed`` entry (:func:`myriad.envs.registry.make_from_config`): the envs layer below does
+not import it.
 """
+
+from typing import Any
+
+import torch
 
 from myriad.distributed.aps import AdaptiveSync, WorkerSyncStats, mean_policy_kl
 from myriad.distributed.config import (
@@ -40,6 +48,23 @@ from myriad.distributed.remote import (
 from myriad.distributed.rollout import APSCollector, RolloutBatch, state_dict_bytes
 from myriad.distributed.shards import derive_seed, shard_seed, split_envs
 from myriad.distributed.worker import EnvWorker, WorkerStateLost
+from myriad.envs.base import VecEnv
+from myriad.envs.registry import set_distributed_factory
+
+
+def make_distributed(
+    name: str,
+    num_envs: int,
+    distributed: dict[str, Any] | str,
+    device: torch.device | str,
+    options: dict[str, Any],
+) -> VecEnv:
+    """``num_envs`` envs ``name`` with ``options`` on Ray workers, as the ``distributed``
+    preset name or mapping of a run config says."""
+    return RemoteVecEnv.from_config(name, num_envs, distributed, device, env_options=options)
+
+
+set_distributed_factory(make_distributed)
 
 __all__ = [
     "APSCollector",
@@ -67,6 +92,7 @@ __all__ = [
     "dist_sample",
     "init_ray",
     "load_config",
+    "make_distributed",
     "make_remote",
     "mean_policy_kl",
     "preset_names",

@@ -139,6 +139,20 @@ def make(
     return env
 
 
+#: The package that runs envs in other processes or machines (it sits above the envs): imported
+#: on the first run config with a ``distributed`` entry, it installs its factory with
+#: :func:`set_distributed_factory`.
+DISTRIBUTED_MODULE = "myriad.distributed"
+_distributed_factory: Callable[..., VecEnv] | None = None
+
+
+def set_distributed_factory(factory: Callable[..., VecEnv]) -> None:
+    """Install the builder of distributed envs used by :func:`make_from_config`:
+    ``factory(name, num_envs, distributed, device, options) -> VecEnv``."""
+    global _distributed_factory
+    _distributed_factory = factory
+
+
 def make_from_config(
     env_cfg: dict[str, Any],
     num_envs: int,
@@ -148,14 +162,16 @@ def make_from_config(
     """Build the env of a run config: ``env_cfg = {"name": ..., "options": {...}}``.
 
     With ``distributed`` (a ``configs/distributed`` preset name or its mapping), the envs run in
-    Ray workers behind the same VecEnv interface (the learner computes the actions); otherwise
-    locally with :func:`make`.
+    Ray workers behind the same VecEnv interface (the learner computes the actions), built by
+    the factory of :data:`DISTRIBUTED_MODULE`; otherwise locally with :func:`make`.
     """
     name, options = str(env_cfg["name"]), dict(env_cfg.get("options") or {})
     if distributed:
-        from myriad.distributed import RemoteVecEnv
-
-        env = RemoteVecEnv.from_config(name, num_envs, distributed, device, env_options=options)
+        if _distributed_factory is None:
+            importlib.import_module(DISTRIBUTED_MODULE)  # installs its factory
+        if _distributed_factory is None:
+            raise RuntimeError(f"{DISTRIBUTED_MODULE} did not install a distributed env factory")
+        env = _distributed_factory(name, num_envs, distributed, device, options)
         env.name = name
         return env
     return make(name, num_envs, device, **options)

@@ -39,7 +39,7 @@ from myriad.nn.population import (
     build_population,
     population_fields,
 )
-from myriad.utils.checkpoint import load_checkpoint, resolve_checkpoint
+from myriad.rl.saved_population import load_population
 from myriad.utils.config import ConfigError
 
 CRITIC_CHOICES = ("fresh", "pretrained")
@@ -47,23 +47,6 @@ CRITIC_CHOICES = ("fresh", "pretrained")
 
 class InitError(ConfigError):
     """A pretrained population cannot start this finetuning run; the message lists why."""
-
-
-@dataclass
-class Pretrained:
-    """A pretrained population loaded from a run or checkpoint.
-
-    Attributes:
-        path: the checkpoint file.
-        config: its run config.
-        env: its env config (``name``, ``options``).
-        model: the population with the checkpoint's weights (CPU).
-    """
-
-    path: Path
-    config: dict[str, Any]
-    env: dict[str, Any]
-    model: PopulationActorCritic
 
 
 def _describe_env(env_cfg: Mapping[str, Any]) -> str:
@@ -91,38 +74,6 @@ def space_differences(pretrained_env: VecEnv, env: VecEnv) -> list[str]:
     ) + _space_diff("action space", pretrained_env.single_action_space, env.single_action_space)
 
 
-def load_pretrained(source: str | Path, device: torch.device | str = "cpu") -> Pretrained:
-    """Load the population of a run folder, ``checkpoints/`` folder or checkpoint file.
-
-    Raises:
-        FileNotFoundError: nothing loadable at ``source``.
-        InitError: the checkpoint holds no population, or its weights do not fit its config.
-    """
-    path = resolve_checkpoint(source)
-    payload = load_checkpoint(path)
-    config = payload.get("config") or {}
-    state = (payload.get("state") or {}).get("model")
-    if state is None or "population" not in config or "env" not in config:
-        raise InitError(
-            f"{path} holds no population to start from: expected a checkpoint of "
-            f"`myriad pretrain` (or `myriad finetune`) with state.model and a config with "
-            f"env and population"
-        )
-    env_cfg = dict(config["env"])
-    env = make_from_config(env_cfg, 1, "cpu")
-    try:
-        model = build_population(config["population"], env.obs_dim, env.action_dim)
-    finally:
-        env.close()
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        raise InitError(
-            f"the weights in {path} do not match its own population config: {exc}"
-        ) from exc
-    return Pretrained(path, config, env_cfg, model.to(device))
-
-
 def init_config(cfg: dict[str, Any], source: str | Path, overrides: Sequence[str] = ()) -> None:
     """Take the architecture from the pretrained run into ``cfg`` (in place) and check that
     the two stages' spaces match; records the checkpoint as ``cfg["init"]["source"]``.
@@ -141,7 +92,7 @@ def init_config(cfg: dict[str, Any], source: str | Path, overrides: Sequence[str
             f"with --init the architecture comes from the pretrained population; drop "
             f"{', '.join(fixed)} (population.size may be set)"
         )
-    pre = load_pretrained(source)
+    pre = load_population(source)
     pretrained_env = make_from_config(pre.env, 1, "cpu")
     env = make_from_config(cfg["env"], 1, "cpu")
     try:
@@ -238,7 +189,7 @@ def initialise(
     """
     if critic not in CRITIC_CHOICES:
         raise InitError(f"init.critic must be one of {CRITIC_CHOICES}, got {critic!r}")
-    pre = load_pretrained(source, model.log_std.device)
+    pre = load_population(source, model.log_std.device)
     diff = model.compatibility(pre.model)
     if diff:
         raise InitError(f"cannot initialise from {pre.path}:\n  " + "\n  ".join(diff))

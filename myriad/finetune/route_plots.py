@@ -12,8 +12,7 @@ from myriad.envs.base import FeatureSpec
 from myriad.envs.layout import Layout
 from myriad.finetune.evaluation import PopulationEvaluation
 from myriad.finetune.solutions import RegionMap
-from myriad.pretrain.plots import member_colors, project_2d
-from myriad.utils.plotting import pyplot, save_figure
+from myriad.utils.plotting import member_colors, project_2d, pyplot, save_figure
 
 # Members on the same route would hide each other: each member's paths are shifted by a small
 # offset of its own (in feature units, a fraction of a nav cell).

@@ -8,32 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from myriad.envs.base import FeatureSpec
-from myriad.utils.plotting import pyplot, save_figure
-
-
-def member_colors(num_members: int) -> list[tuple[float, float, float, float]]:
-    """Distinct colours, one per member (tab10 / tab20, then evenly spaced hues)."""
-    from matplotlib import colormaps
-
-    if num_members <= 10:
-        cmap = colormaps["tab10"]
-        return [cmap(i) for i in range(num_members)]
-    if num_members <= 20:
-        cmap = colormaps["tab20"]
-        return [cmap(i) for i in range(num_members)]
-    cmap = colormaps["hsv"]
-    return [cmap(i / num_members) for i in range(num_members)]
-
-
-def project_2d(points: np.ndarray) -> tuple[np.ndarray, str]:
-    """Points ``[N, p]`` in 2-D: unchanged when p <= 2, else their first two principal axes."""
-    if points.shape[1] == 1:
-        return np.concatenate([points, np.zeros_like(points)], axis=1), "feature"
-    if points.shape[1] == 2:
-        return points, "feature"
-    centred = points - points.mean(axis=0)
-    _, _, vt = np.linalg.svd(centred[: min(len(centred), 20000)], full_matrices=False)
-    return centred @ vt[:2].T, "principal component"
+from myriad.utils.plotting import member_colors, project_2d, pyplot, save_figure
 
 
 def coverage_map(

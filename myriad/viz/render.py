@@ -1,7 +1,7 @@
 """Videos of a population: one per member and a labelled grid of all of them side by side.
 
 :func:`render_run` loads the population of a pretraining or finetuning run (or of one checkpoint)
-with :func:`myriad.finetune.init.load_pretrained`, records its members in one env batch
+with :func:`myriad.rl.saved_population.load_population`, records its members in one env batch
 (:func:`myriad.viz.rollout.record_episodes`) and writes ``member_MM.<fmt>`` and
 ``population.<fmt>`` into the run's ``videos/`` folder. :func:`render_population` does the same
 for a population in memory (training-time videos).
@@ -50,7 +50,7 @@ class RenderResult:
 
 def member_colors(num_members: int) -> list[tuple[float, ...]]:
     """The colour of each member, as in the run's coverage map."""
-    from myriad.pretrain.plots import member_colors as colors
+    from myriad.utils.plotting import member_colors as colors
 
     return [tuple(c) for c in colors(num_members)]
 
@@ -188,9 +188,9 @@ def render_run(
     ``myriad finetune``, its ``checkpoints/`` folder, or a checkpoint file), written to
     ``out_dir`` (default: ``<run>/videos``). ``options`` are those of
     :func:`render_population` (the seed defaults to the run's)."""
-    from myriad.finetune.init import load_pretrained
+    from myriad.rl.saved_population import load_population
 
-    pre = load_pretrained(source)
+    pre = load_population(source)
     if out_dir is None:
         folder = run_folder(pre.path)
         root = folder if (folder / "config.yaml").is_file() else pre.path.parent

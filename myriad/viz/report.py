@@ -249,7 +249,7 @@ def _make_missing(
     max_steps: int | None,
     device: str,
 ) -> None:
-    from myriad.finetune.init import load_pretrained
+    from myriad.rl.saved_population import load_population
     from myriad.viz.behaviour import behaviour_plots
     from myriad.viz.render import render_run
     from myriad.viz.runs import model_behaviour_plots
@@ -260,14 +260,14 @@ def _make_missing(
         if plots:
             from myriad.envs import make_from_config
 
-            pre = load_pretrained(run_dir)
+            pre = load_population(run_dir)
             env = make_from_config(pre.env, 1, "cpu")
             spec = env.features
             env.close()
             features, member = result.recording.member_features()
             behaviour_plots(run_dir / "plots", features, member, spec, pre.model.num_members, title)
         return
-    pre = load_pretrained(run_dir)
+    pre = load_population(run_dir)
     model_behaviour_plots(
         pre.model,
         pre.env,
