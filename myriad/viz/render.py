@@ -153,7 +153,9 @@ def _write_videos(
     still = None
     try:
         # A member listed twice gets its video from its first listing.
-        first = {m: j for j, m in reversed(list(enumerate(rec.members)))}
+        first: dict[int, int] = {}
+        for j, m in enumerate(rec.members):
+            first.setdefault(m, j)
         if per_member:
             for m in first:
                 writers[m] = VideoWriter(out / f"member_{m:02d}.{fmt}", painter.fps)

@@ -113,10 +113,10 @@ def read_video(path: str | os.PathLike[str]) -> np.ndarray:
 
 
 def grid_shape(count: int) -> tuple[int, int]:
-    """``(rows, cols)`` of the most square grid with at least ``count`` tiles, wider than
-    tall."""
-    cols = math.ceil(math.sqrt(count))
-    return math.ceil(count / cols), cols
+    """``(rows, cols)`` of a grid for ``count`` tiles: ``floor(sqrt(count))`` rows, as many
+    columns as needed (8 tiles: 2 x 4, wider than tall like a screen)."""
+    rows = max(1, math.isqrt(count))
+    return rows, math.ceil(count / rows)
 
 
 def _label_patch(text: str, color: Sequence[float] | None, height: int) -> tuple[Any, Any]:
