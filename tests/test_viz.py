@@ -26,7 +26,6 @@ from myriad.nn.population import PopulationActorCritic
 from myriad.viz.behaviour import behaviour_plots, classical_mds, member_energy_distances
 from myriad.viz.gl import ensure_headless_gl
 from myriad.viz.render import render_population, render_run
-from myriad.viz.report import write_report
 from myriad.viz.video import VideoWriter, read_video
 
 
@@ -167,9 +166,8 @@ class _Media(HTMLParser):
 
 def test_report_embeds_plots_videos_summary_and_config(tiny_pretrain, tmp_path):
     nav_run = tiny_pretrain.copy(tmp_path / "run")
-    out = write_report(nav_run, max_steps=5)
-    assert out == nav_run / "report.html"
-    text = out.read_text()
+    assert main(["report", str(nav_run), "--max-steps", "5"]) == 0
+    text = (nav_run / "report.html").read_text()
     parser = _Media()
     parser.feed(text)
     parser.close()
@@ -347,3 +345,26 @@ def test_finetuning_on_mujoco_writes_behaviour_plots_and_videos(tmp_path):
     assert record["feature_names"] == ["x", "y"]
     assert np.asarray(record["energy_distance"]).shape == (2, 2)
     assert (run / "plots" / "behaviour_features.png").is_file()
+    # The finetuned population renders from its run folder and from one checkpoint file.
+    checkpoint = next((run / "checkpoints").glob("iter_*.pt"))
+    result = render_run(checkpoint, members=[1], max_steps=2, fmt="gif")
+    assert result.grid == run / "videos" / "population.gif"
+    assert read_video(run / "videos" / "member_01.gif").shape == (3, 240, 320, 3)
+
+
+@pytest.mark.parametrize(
+    ("video", "match"),
+    [
+        ({"every": 2, "format": "avi"}, "video.format must be one of mp4, gif"),
+        ({"every": 2, "episodes": 0}, "video.every and video.episodes must be >= 1"),
+        ({"every": -1}, "video.every and video.episodes must be >= 1"),
+    ],
+)
+def test_bad_video_settings_are_config_errors(tmp_path, video, match):
+    from myriad.utils.config import ConfigError
+    from myriad.viz.runs import TrainingVideos
+
+    cfg = {"env": {"name": "nav-empty", "options": {}}, "video": video}
+    with pytest.raises(ConfigError, match=match):
+        TrainingVideos.from_config(cfg, tmp_path)
+    assert TrainingVideos.from_config({**cfg, "video": {"every": 0}}, tmp_path) is None
