@@ -229,3 +229,34 @@ def test_registry_builds_every_algorithm_with_the_protocol(algo):
     assert algorithm.leader == 0  # PBT: the best member, 0 before any round
     scalars = algorithm.end_iteration(np.zeros(model.num_members), np.ones(model.num_members))
     assert bool(scalars) == (algo == "pbt")  # PBT logs its hyperparameters; PPO has nothing
+
+
+def test_checkpoint_with_the_earlier_task_stats_layout_loads(tmp_path):
+    """Checkpoints written when a wrapper env kept the success sums still resume: its sums move
+    into the collector's episode tracker and the wrapped env's state into the env."""
+    first = runner(tmp_path, "pbt", "new", "plots=false", "tensorboard=false")
+    for _ in range(2):
+        first.collector.collect(first.storage)
+    state = first.state_objects()["collector"].state_dict()
+    sums = state["episodes"]["sums"]  # return, length, success, count
+    assert sums[3].sum() > 0
+    legacy = {
+        **state,
+        "env": {
+            "state_dict": {
+                "env": state["env"],
+                "sums": torch.stack([sums[0], sums[2], sums[3]]),
+                "has_success": True,
+            }
+        },
+        "episodes": {"sums": torch.stack([sums[0], sums[1], sums[3]])},
+    }
+    second = runner(tmp_path, "pbt", "old", "plots=false", "tensorboard=false")
+    second.state_objects()["collector"].load_state_dict(legacy)
+    assert torch.equal(second.collector.episodes.sums, sums)
+    assert second.collector.episodes.has_success
+    assert torch.equal(second.env.pos, first.env.pos) and torch.equal(
+        second.collector.obs, first.collector.obs
+    )
+    first.close()
+    second.close()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 import yaml
 
 from myriad.envs import make
 from myriad.nn import PopulationActorCritic
-from myriad.rl import PPO, ConfigMismatchError, OnPolicyRunner, PPOConfig
+from myriad.rl import PPO, ConfigMismatchError, EpisodeTracker, OnPolicyRunner, PPOConfig
 from myriad.rl.runner import _ProgressBar
 from myriad.utils.checkpoint import (
     atomic_write_bytes,
@@ -200,3 +201,33 @@ def test_print_report_aligns_rows_and_keeps_paths_on_one_line(capsys):
     assert lines[0] == "done"
     assert lines[1] == "  env steps  1,024" and lines[2] == "  wall time  2.0 s"
     assert lines[3] == f"  checkpoint  {long_path}"
+
+
+def test_episode_tracker_sums_per_member_and_loads_earlier_checkpoints():
+    tracker = EpisodeTracker(2, "cpu")
+    member = torch.tensor([0, 0, 1, 1])
+    done = torch.tensor([True, False, True, True])
+    success = torch.tensor([True, True, False, True])  # env 1 has not finished: not counted
+    tracker.record(
+        member, done, torch.tensor([1.0, 5.0, 2.0, 4.0]), torch.tensor([3, 9, 4, 6]), success
+    )
+    # An env that reports no success flag: its episodes count, their successes do not.
+    done = torch.tensor([False, True, False, False])
+    tracker.record(member, done, torch.tensor([0.0, 7.0, 0.0, 0.0]), torch.tensor([0, 2, 0, 0]))
+    sums = tracker.read(reset=False)
+    np.testing.assert_array_equal(sums.returns, [8.0, 6.0])
+    np.testing.assert_array_equal(sums.lengths, [5.0, 10.0])
+    np.testing.assert_array_equal(sums.successes, [1.0, 1.0])
+    np.testing.assert_array_equal(sums.counts, [2.0, 2.0])
+    assert tracker.has_success
+    assert tracker.summary() == {
+        "episode/count": 4.0,
+        "episode/return": 3.5,
+        "episode/length": 3.75,
+        "episode/return/member_0": 4.0,
+        "episode/return/member_1": 3.0,
+    }
+    assert tracker.summary() == {"episode/count": 0.0}  # read and reset
+    earlier = EpisodeTracker(2, "cpu")
+    earlier.load_state_dict({"sums": torch.tensor([[8.0, 6.0], [5.0, 10.0], [2.0, 2.0]])})
+    np.testing.assert_array_equal(earlier.read().successes, [0.0, 0.0])

@@ -22,7 +22,7 @@ from myriad.finetune.evaluation import PopulationEvaluation, PopulationEvaluator
 from myriad.finetune.init import InitReport, build_population, initialise
 from myriad.finetune.plots import kl_heatmap, kl_setpoint, overview
 from myriad.finetune.route_plots import route_map
-from myriad.finetune.tracking import TaskStatsEnv, member_scalars
+from myriad.finetune.tracking import CollectorState, member_scalars
 from myriad.nn.population import block_members, check_population
 from myriad.rl.collector import RolloutCollector
 from myriad.rl.runner import RunnerBase
@@ -83,7 +83,7 @@ class FinetuneRunner(RunnerBase):
         self.model = build_population(cfg["population"], env.obs_dim, env.action_dim).to(env.device)
         self.algorithm = build_algorithm(cfg, self.model, self.seed)
         member = block_members(num_envs, size, env.device)
-        self.env = TaskStatsEnv(env, member, size)
+        self.env = env
         self.collector = RolloutCollector(
             self.env,
             self.model,
@@ -163,11 +163,12 @@ class FinetuneRunner(RunnerBase):
         stats = self.algorithm.update(self.storage, critic_only=critic_only)
         out: dict[str, float] = {f"train/{k}": v for k, v in stats.items()}
         out["train/critic_only"] = float(critic_only)
-        out.update(self.collector.episodes.summary())
-        task = self.env.read()
-        out.update(self.algorithm.end_iteration(task["return"], task["count"]))
+        episodes = self.collector.episodes
+        sums = episodes.read()
+        out.update(episodes.scalars(sums))
+        out.update(self.algorithm.end_iteration(sums.returns, sums.counts))
         leader = self.leader
-        out.update(member_scalars(task, leader, self.env.has_success, self.model.num_members <= 16))
+        out.update(member_scalars(sums, leader, episodes.has_success, self.model.num_members <= 16))
         out.update(self.diagnostics(self.model, self.storage, leader))
         every = int(self.config["eval"]["every"])
         if every and (self.iteration_count + 1) % every == 0:
@@ -272,7 +273,7 @@ class FinetuneRunner(RunnerBase):
         return {
             "model": self.model,
             "algorithm": self.algorithm,
-            "collector": self.collector,
+            "collector": CollectorState(self.collector),
             "finetune": _RunnerState(self),
         }
 

@@ -1,6 +1,7 @@
 """Shared on-policy machinery: rollout storage, GAE, PPO loss pieces, collection and runners."""
 
 from myriad.rl.collector import (
+    EpisodeSums,
     EpisodeTracker,
     RolloutCollector,
     env_state_dict,
@@ -28,6 +29,7 @@ __all__ = [
     "PPO",
     "Batch",
     "ConfigMismatchError",
+    "EpisodeSums",
     "EpisodeTracker",
     "LossTerm",
     "OnPolicyRunner",

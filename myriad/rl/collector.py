@@ -7,8 +7,9 @@ rollout by :meth:`EpisodeTracker.summary`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from myriad.envs.base import EpisodeStats, VecEnv
@@ -16,13 +17,29 @@ from myriad.nn.population import PopulationActorCritic, block_members, is_blocke
 from myriad.rl.storage import RolloutStorage
 
 
+class EpisodeSums(NamedTuple):
+    """Per-member sums over the episodes finished since the tracker's last read, ``[M]`` float64
+    each: ``returns``, ``lengths``, ``successes`` (episodes that ended with
+    ``info["success"]``) and ``counts`` (episodes)."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    successes: np.ndarray
+    counts: np.ndarray
+
+
 class EpisodeTracker:
-    """Sums of returns and lengths of finished episodes, per member, kept on the device.
+    """Sums of the returns, lengths and successes of finished episodes, per member, kept on the
+    device: the one place where a rollout's episode statistics are accumulated.
 
     Args:
         num_members: M.
         device: where the accumulators live.
         per_member: :meth:`summary` also reports each member's means.
+
+    Attributes:
+        sums: ``[4, M]`` float64: return, length, success and episode count per member.
+        has_success: an env reported ``info["success"]`` (success rates mean something).
     """
 
     def __init__(
@@ -30,7 +47,8 @@ class EpisodeTracker:
     ) -> None:
         self.num_members = num_members
         self.per_member = per_member
-        self.sums = torch.zeros(3, num_members, dtype=torch.float64, device=device)
+        self.sums = torch.zeros(4, num_members, dtype=torch.float64, device=device)
+        self.has_success = False
 
     def record(
         self,
@@ -38,24 +56,46 @@ class EpisodeTracker:
         done: torch.Tensor,
         episode_return: torch.Tensor,
         episode_length: torch.Tensor,
+        success: torch.Tensor | None = None,
     ) -> None:
-        """Fold in the episodes that ended at this step (all ``[E]``; no host sync)."""
+        """Fold in the episodes that ended at this step (all ``[E]``; no host sync).
+
+        ``success`` (``[E]`` bool, the env's ``info["success"]``) counts for the envs where
+        ``done``; None when the env reports none.
+        """
         mask = done.to(torch.float64)
+        if success is None:
+            succeeded = torch.zeros_like(mask)
+        else:
+            self.has_success = True
+            succeeded = (success & done).to(torch.float64)
         rows = torch.stack(
-            [episode_return.to(torch.float64) * mask, episode_length.to(torch.float64) * mask, mask]
+            [
+                episode_return.to(torch.float64) * mask,
+                episode_length.to(torch.float64) * mask,
+                succeeded,
+                mask,
+            ]
         )
         self.sums.index_add_(1, member, rows)
 
-    def summary(self, reset: bool = True) -> dict[str, float]:
-        """Mean return and length of the episodes finished since the last reset.
-
-        Keys: ``episode/return``, ``episode/length``, ``episode/count`` and, per member with at
-        least one finished episode, ``episode/return/member_{i}``. Means are absent while no
-        episode has finished. Reads the accumulators from the device once.
-        """
-        ret, length, count = self.sums.tolist()
+    def read(self, reset: bool = True) -> EpisodeSums:
+        """The per-member sums since the last reset (one read from the device)."""
+        values = self.sums.cpu().numpy().copy()
         if reset:
             self.sums.zero_()
+        return EpisodeSums(*values)
+
+    def summary(self, reset: bool = True) -> dict[str, float]:
+        """Mean return and length of the episodes finished since the last reset
+        (:meth:`scalars` of :meth:`read`)."""
+        return self.scalars(self.read(reset))
+
+    def scalars(self, sums: EpisodeSums) -> dict[str, float]:
+        """Keys: ``episode/return``, ``episode/length``, ``episode/count`` and, per member with
+        at least one finished episode, ``episode/return/member_{i}``. Means are absent while no
+        episode has finished."""
+        ret, length, count = sums.returns.tolist(), sums.lengths.tolist(), sums.counts.tolist()
         total = sum(count)
         out: dict[str, float] = {"episode/count": float(total)}
         if total > 0:
@@ -68,10 +108,14 @@ class EpisodeTracker:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"sums": self.sums.detach().cpu().clone()}
+        return {"sums": self.sums.detach().cpu().clone(), "has_success": self.has_success}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.sums.copy_(state["sums"])
+        sums = state["sums"]
+        if sums.shape[0] == 3:  # checkpoints of earlier versions: return, length, count
+            sums = torch.stack([sums[0], sums[1], torch.zeros_like(sums[0]), sums[2]])
+        self.sums.copy_(sums)
+        self.has_success = bool(state.get("has_success", False))
 
 
 def env_state_dict(env: VecEnv) -> dict[str, Any]:
@@ -225,7 +269,9 @@ class RolloutCollector:
             done = info.get("done")
             if done is None:
                 done = terminated | truncated
-            self.episodes.record(member, done, info["episode_return"], info["episode_length"])
+            self.episodes.record(
+                member, done, info["episode_return"], info["episode_length"], info.get("success")
+            )
             obs = next_obs
         storage.last_values.copy_(model.value(obs, member, blocked))
         self.obs = obs
