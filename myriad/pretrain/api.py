@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,10 @@ def pretrain(
     """
     from myriad.pretrain.runner import PretrainRunner
 
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # a rank of a torchrun launch
+        from myriad.distributed.torchdist import pretrain_on_ranks
+
+        return pretrain_on_ranks(overrides, resume, run_dir, quiet, overwrite)
     cfg = resolve_config(overrides, resume)
     folder = output_folder("pretrain", str(cfg["env"]["name"]), cfg, resume, run_dir, overwrite)
     set_torch_threads(cfg)

@@ -9,7 +9,7 @@ toward a leader) or overrides ``advantages`` / ``loss`` and calls ``super()``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -136,6 +136,9 @@ class PPO:
         self.config = config or PPOConfig()
         self.extra_terms = list(extra_terms)
         self.generator = generator
+        #: Called with each minibatch's stats after ``backward``, before clipping and the step:
+        #: torchrun ranks average gradients and stats there (myriad.distributed.torchdist).
+        self.grad_sync: Callable[[dict[str, torch.Tensor]], None] | None = None
         self.optimizer = optimizer or torch.optim.Adam(
             model.parameters(), lr=self.config.lr, eps=self.config.adam_eps
         )
@@ -293,6 +296,10 @@ class PPO:
         for _ in range(cfg.epochs):
             for batch in storage.minibatches(cfg.minibatches, member_major, self.generator):
                 loss, stats = self.critic_loss(batch) if critic_only else self.loss(batch)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if self.grad_sync is not None:
+                    self.grad_sync(stats)  # ranks average gradients and stats (so the KL below)
                 if cfg.schedule == "adaptive" and not critic_only:
                     self.set_lr(
                         adaptive_lr(
@@ -304,8 +311,6 @@ class PPO:
                             cfg.max_lr,
                         )
                     )
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
                 stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(
                     self.parameters, cfg.max_grad_norm
                 ).detach()

@@ -126,6 +126,8 @@ class RunnerBase(abc.ABC):
         self.keep_checkpoints = keep_checkpoints
         self.plots = plots
         self.iteration_count = 0
+        #: Processes the run is spread over (torchrun ranks); checkpoints resume with as many.
+        self.world_size = 1
         self.env_steps = 0
         self.wall_time = 0.0
         self._logger: ScalarLogger | None = None
@@ -250,6 +252,7 @@ class RunnerBase(abc.ABC):
             state[name] = obj.get_state() if isinstance(obj, torch.Generator) else obj.state_dict()
         return {
             "runner": type(self).__qualname__,
+            "world_size": self.world_size,
             "iteration": self.iteration_count,
             "env_steps": self.env_steps,
             "wall_time": self.wall_time,
@@ -280,6 +283,13 @@ class RunnerBase(abc.ABC):
                 folder is skipped (with a warning) for the newest readable one.
         """
         source, payload = load_latest_checkpoint(path)
+        saved_world = int(payload.get("world_size", 1))
+        if saved_world != self.world_size:
+            launch = f"torchrun --nproc_per_node={saved_world} -m " if saved_world > 1 else ""
+            raise CheckpointError(
+                f"{source} was written by {saved_world} process(es), this run has "
+                f"{self.world_size}: resume it with as many ({launch}myriad ... --resume RUN)"
+            )
         written_by = payload.get("runner")
         if written_by is not None and written_by != type(self).__qualname__:
             raise CheckpointError(
