@@ -12,6 +12,7 @@ from torch.distributions import Normal, kl_divergence
 
 from myriad.cli import main
 from myriad.finetune.api import resolve_config
+from myriad.finetune.cpo import AWACPullTerm
 from myriad.finetune.kl_setpoint import (
     KLSetpointConfig,
     KLSetpointController,
@@ -122,7 +123,8 @@ TINY = [
     "num_steps=8",
     "env.options.max_episode_steps=6",
     "population.size=3",
-    "population.hidden=[16]",
+    "population.actor_hidden=[16]",
+    "population.critic_hidden=[16]",
     "algo.discriminator.hidden=[8]",
     "ppo.epochs=2",
     "ppo.minibatches=2",
@@ -161,11 +163,23 @@ def test_coefficients_reach_the_losses_per_follower(tmp_path):
     penalty = batch.log_probs - batch.extras["leader_log_prob"]
     lam = torch.tensor([0.0, 0.3, 0.7])[batch.member]
     torch.testing.assert_close(cpo.advantages(batch), plain - lam * penalty)
+
+    # The AWAC pull scales with each follower's multiplier (the set point's lambda_i / lambda_0).
+    pull = next(t for t in cpo.extra_terms if isinstance(t, AWACPullTerm))
+    evaluation = cpo.evaluate(batch)
+    losses = []
+    for scale in ([1.0, 1.0, 1.0], [1.0, 2.0, 2.0], [1.0, 0.0, 0.0]):
+        cpo.awac_scale.copy_(torch.tensor(scale))
+        losses.append(pull(cpo, batch, evaluation)[0].detach())
+    assert float(losses[0]) != 0.0
+    torch.testing.assert_close(losses[1], 2 * losses[0])
+    assert float(losses[2]) == 0.0
     r.close()
 
 
 def test_logged_kl_is_the_exact_kl_on_own_states(tmp_path):
-    r = tiny(tmp_path, "run", "algo.kl_target=0.2")
+    initial = ("algo.setpoint.kl_coef_init=0.1", "algo.setpoint.adversarial_coef_init=0.002")
+    r = tiny(tmp_path, "run", "algo.kl_target=0.2", *initial)
     r.learn(1)
     model, storage, cpo = r.model, r.storage, r.algorithm
     scalars = r.logger.latest()
@@ -201,7 +215,11 @@ def test_logged_kl_is_the_exact_kl_on_own_states(tmp_path):
     assert scalars["cpo/adversarial_coef/follower_2"] == pytest.approx(0.002)
     eta = cpo.setpoint.config.eta
     expected = 0.1 * torch.exp(eta * (kl - 0.2) / 0.2)
-    torch.testing.assert_close(cpo.setpoint.kl_coef, expected.clamp(1e-3, 2.0), rtol=1e-4, atol=0)
+    setpoint = cpo.setpoint.config
+    expected = expected.clamp(setpoint.kl_coef_min, setpoint.kl_coef_max)
+    torch.testing.assert_close(cpo.setpoint.kl_coef, expected, rtol=1e-4, atol=0)
+    torch.testing.assert_close(cpo.awac_scale[1:], expected / 0.1, rtol=1e-4, atol=0)
+    assert cpo.awac_scale[0] == 1.0
     r.close()
 
 

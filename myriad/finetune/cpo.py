@@ -116,6 +116,10 @@ class CPOConfig:
         return float(self.kl_coef) if self.kl_coef is not None else KL_PRESETS[self.kl_preset]
 
 
+def _first(value: float | None, default: float) -> float:
+    return float(default if value is None else value)
+
+
 class AWACPullTerm:
     """The followers' advantage-weighted log-likelihood of the leader's actions.
 
@@ -127,13 +131,17 @@ class AWACPullTerm:
     Args:
         coef: beta.
         leader: the leader's member index.
+        member_scale: ``[M]`` multipliers of beta per member, read at every call (None: 1).
 
     Stats: ``awac_loss`` and ``awac_weight`` (mean weight over followers and leader rows).
     """
 
-    def __init__(self, coef: float, leader: int = 0) -> None:
+    def __init__(
+        self, coef: float, leader: int = 0, member_scale: torch.Tensor | None = None
+    ) -> None:
         self.coef = float(coef)
         self.leader = leader
+        self.member_scale = member_scale
 
     def __call__(
         self, algorithm: PPO, batch: Batch, evaluation: Evaluation
@@ -150,7 +158,10 @@ class AWACPullTerm:
         followers = torch.arange(m, device=obs.device) != self.leader
         log_prob = log_prob.view(m, n)[followers]
         weights = rows.take(batch.extras["awac_weight"]).t()[followers]
-        loss = awac_loss(log_prob, weights, self.coef, rows.weight)
+        scaled = (
+            weights if self.member_scale is None else weights * self.member_scale[followers, None]
+        )
+        loss = awac_loss(log_prob, scaled, self.coef, rows.weight)
         return loss, {"awac_loss": loss.detach(), "awac_weight": rows.mean(weights.mean(dim=0))}
 
 
@@ -179,9 +190,12 @@ class CPO(SAPG):
         optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
         self.cpo = cpo or CPOConfig()
+        m, device = model.num_members, model.log_std.device
+        # Each follower's multiplier of the AWAC coefficient (1 unless the set point scales it).
+        self.awac_scale = torch.ones(m, device=device)
         terms: list[LossTerm] = []
         if self.cpo.awac:
-            terms.append(AWACPullTerm(self.cpo.awac_coef, self.leader))
+            terms.append(AWACPullTerm(self.cpo.awac_coef, self.leader, self.awac_scale))
         super().__init__(
             model,
             config,
@@ -209,21 +223,26 @@ class CPO(SAPG):
                 leader=self.leader,
                 device=model.log_std.device,
             )
-        m, device = model.num_members, model.log_std.device
         self.follower_index = torch.nonzero(torch.arange(m) != self.leader).squeeze(1).to(device)
         # The coefficients in effect, [M] (0 for the leader): constants in the fixed mode, the
         # controller's in the set-point mode.
         self.kl_coef = torch.zeros(m, device=device)
         self.adversarial_coef = torch.zeros(m, device=device)
         self.setpoint: KLSetpointController | None = None
+        self.initial_kl_coef = self.cpo.kl_lambda
         if self.cpo.set_point:
             self.setpoint = KLSetpointController(
                 self._targets(m - 1),
                 self.cpo.setpoint,
-                kl_coef=self.cpo.kl_lambda,
-                adversarial_coef=self.cpo.adversarial_coef if self.cpo.adversarial else None,
+                kl_coef=_first(self.cpo.setpoint.kl_coef_init, self.cpo.kl_lambda),
+                adversarial_coef=(
+                    _first(self.cpo.setpoint.adversarial_coef_init, self.cpo.adversarial_coef)
+                    if self.cpo.adversarial
+                    else None
+                ),
                 device=device,
             )
+            self.initial_kl_coef = float(self.setpoint.kl_coef[0])
         self._sync_coefficients()
         self.coupling_stats: dict[str, float] = {}
 
@@ -254,6 +273,8 @@ class CPO(SAPG):
             self.adversarial_coef.index_fill_(0, followers, self.cpo.adversarial_coef)
             return
         self.kl_coef.index_copy_(0, followers, self.setpoint.kl_coef)
+        if self.cpo.setpoint.scale_awac:
+            self.awac_scale.index_copy_(0, followers, self.setpoint.kl_coef / self.initial_kl_coef)
         adversarial = self.setpoint.adversarial_coef
         if adversarial is not None:
             self.adversarial_coef.index_copy_(0, followers, adversarial)
@@ -345,9 +366,11 @@ class CPO(SAPG):
         """The PPO epochs, then one set-point step from the post-update KL (not while only
         the critics learn: the actors, and so the KL, do not respond to the coefficients)."""
         followers = self.follower_index
-        applied = [self.kl_coef.index_select(0, followers)]
+        applied = {"kl_coef": self.kl_coef.index_select(0, followers)}
         if self.adversarial is not None:
-            applied.append(self.adversarial_coef.index_select(0, followers))
+            applied["adversarial_coef"] = self.adversarial_coef.index_select(0, followers)
+        if self.cpo.awac:
+            applied["awac_coef"] = self.cpo.awac_coef * self.awac_scale.index_select(0, followers)
         stats = super().update(storage, critic_only)
         kl = self.follower_kl(storage)
         if self.setpoint is not None and not critic_only:
@@ -356,13 +379,13 @@ class CPO(SAPG):
         self.coupling_stats = self._coupling_scalars(kl, applied)
         return stats
 
-    def _coupling_scalars(self, kl: torch.Tensor, applied: list[torch.Tensor]) -> dict[str, float]:
+    def _coupling_scalars(
+        self, kl: torch.Tensor, applied: dict[str, torch.Tensor]
+    ) -> dict[str, float]:
         """``cpo/*`` scalars: per follower (member index i) the KL after the update and the
-        coefficients this update used; with targets also the target and the fraction of
-        followers within ``[0.5, 2] x`` their target."""
-        rows = [("kl", kl), ("kl_coef", applied[0])]
-        if len(applied) > 1:
-            rows.append(("adversarial_coef", applied[1]))
+        coefficients this update used (``[F]`` each in ``applied``); with targets also the
+        target and the fraction of followers within ``[0.5, 2] x`` their target."""
+        rows = [("kl", kl), *applied.items()]
         if self.setpoint is not None:
             rows.append(("kl_target", self.setpoint.targets))
         values = torch.stack([v for _, v in rows]).cpu()

@@ -30,18 +30,23 @@ import torch
 class KLSetpointConfig:
     """The controller's gains and bounds (``algo.setpoint.*``).
 
-    The initial coefficients are the fixed mode's: the preset's (or ``kl_coef``'s) lambda and
-    ``adversarial_coef``.
-
     Attributes:
+        kl_coef_init: lambda of every follower at the start (None: the fixed mode's, the
+            preset's or ``kl_coef``).
+        adversarial_coef_init: c at the start (None: ``adversarial_coef``).
         eta: step of ``log lambda`` per unit of relative KL error ``(D - delta) / delta``.
         kl_coef_min, kl_coef_max: bounds of lambda.
         adversarial_eta: step of ``log c`` per unit of relative KL error.
         adversarial_coef_min: the floor c decays toward while a follower is above its target.
         adversarial_coef_max: the ceiling of c.
         low: c rises while ``D < low * delta``.
+        scale_awac: the AWAC pull toward the leader's actions, the other coupling that draws a
+            follower in, follows the penalty: follower i's beta is ``beta * lambda_i /
+            lambda_init``.
     """
 
+    kl_coef_init: float | None = None
+    adversarial_coef_init: float | None = None
     eta: float = 0.2
     kl_coef_min: float = 1e-3
     kl_coef_max: float = 2.0
@@ -49,6 +54,7 @@ class KLSetpointConfig:
     adversarial_coef_min: float = 1e-3
     adversarial_coef_max: float = 0.05
     low: float = 0.5
+    scale_awac: bool = True
 
     def __post_init__(self) -> None:
         for name in ("eta", "adversarial_eta"):
