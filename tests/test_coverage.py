@@ -34,16 +34,9 @@ def reference_visited(
 
 
 def reference_coverage(
-    points: torch.Tensor,
-    group: torch.Tensor,
-    m: int,
-    low: list[float],
-    high: list[float],
-    cells: list[int],
-    reachable: torch.Tensor | None,
+    visited: list[set[tuple[int, ...]]], cells: list[int], reachable: torch.Tensor | None
 ) -> tuple[float, list[float]]:
-    """Union and per-group fractions of the reachable cells, from :func:`reference_visited`."""
-    visited = reference_visited(points, group, m, low, high, cells)
+    """Union and per-group fractions of the reachable cells among ``visited`` cell sets."""
     if reachable is not None:
         visited = [{c for c in v if bool(reachable[c])} for v in visited]
     total = math.prod(cells) if reachable is None else int(reachable.sum())
@@ -67,7 +60,8 @@ def test_matches_set_reference(dim: int, use_mask: bool) -> None:
     group[:m] = torch.arange(m)  # no empty group
     reachable = torch.rand(*cells, generator=g) > 0.3 if use_mask else None
     cov = coverage(points, low, high, cells, group, reachable=reachable)
-    union, per_group = reference_coverage(points, group, m, low, high, cells, reachable)
+    visited = reference_visited(points, group, m, low, high, cells)
+    union, per_group = reference_coverage(visited, cells, reachable)
     assert cov.union == pytest.approx(union)
     torch.testing.assert_close(cov.per_group, torch.tensor(per_group, dtype=torch.float64))
     assert cov.reachable_cells == (math.prod(cells) if reachable is None else int(reachable.sum()))
@@ -166,8 +160,9 @@ def test_tracker_matches_set_reference_over_rollouts(use_mask: bool) -> None:
     for features in rollouts(spec, 5, t, e, seed=1):
         out = tracker.update(features, member)
         points, rows = features.reshape(-1, 2), member.expand(t, -1).reshape(-1)
-        union, per_member = reference_coverage(points, rows, m, low, high, cells, reachable)
-        for i, cells_i in enumerate(reference_visited(points, rows, m, low, high, cells)):
+        visited = reference_visited(points, rows, m, low, high, cells)
+        union, per_member = reference_coverage(visited, cells, reachable)
+        for i, cells_i in enumerate(visited):
             seen[i] |= cells_i
         ever = set().union(*seen)
         if reachable is not None:
