@@ -87,6 +87,7 @@ def run_once(case: str, seed: int, init: str, args: argparse.Namespace, workdir:
         "followers": followers,
         "targets": targets,
         "critic_warmup": warmup,
+        "setpoint_config": dict(cfg["algo"]["setpoint"]),
         "kl": per_follower("cpo/kl/follower_{i}"),
         "kl_diagnostics": per_follower("kl_to_leader/on_own_states/member_{i}"),
         "kl_coef": per_follower("cpo/kl_coef/follower_{i}"),

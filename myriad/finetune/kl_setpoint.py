@@ -46,13 +46,13 @@ class KLSetpointConfig:
     """
 
     kl_coef_init: float | None = None
-    adversarial_coef_init: float | None = None
-    eta: float = 0.2
-    kl_coef_min: float = 1e-3
-    kl_coef_max: float = 2.0
-    adversarial_eta: float = 0.2
-    adversarial_coef_min: float = 1e-3
-    adversarial_coef_max: float = 0.05
+    adversarial_coef_init: float | None = 0.02
+    eta: float = 0.5
+    kl_coef_min: float = 0.01
+    kl_coef_max: float = 1.0
+    adversarial_eta: float = 0.1
+    adversarial_coef_min: float = 0.002
+    adversarial_coef_max: float = 0.1
     low: float = 0.5
     scale_awac: bool = True
 
