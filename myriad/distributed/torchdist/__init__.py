@@ -25,6 +25,11 @@ from myriad.distributed.torchdist.sync import (
     SummedEpisodeTracker,
     replica_difference,
 )
+from myriad.pretrain.api import set_rank_launcher
+
+# pretrain() hands a rank of a torchrun launch to pretrain_on_ranks (pretraining does not import
+# this package, which sits above it).
+set_rank_launcher(pretrain_on_ranks)
 
 __all__ = [
     "GradientAverager",
