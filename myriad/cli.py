@@ -17,7 +17,8 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+
+from myriad.utils.commandline import ArgumentParser
 
 # faiss-cpu and torch each load an OpenMP runtime; with the default spinning wait policy their
 # idle threads starve each other's working threads on few cores (exact faiss in 2-D: 32 s instead
@@ -196,16 +197,8 @@ def _viz_command(name: str, args: argparse.Namespace) -> int:
     return int(getattr(commands, name)(args))
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line (the usage itself is one ``--help`` away)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"myriad: error: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="myriad", description="Populations of policies at scale (K-Myriad, CPO)."
     )
     from myriad import __version__
@@ -250,7 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace the run already in --run-dir"
     )
 
-    bench = sub.add_parser("bench", help="benchmarks; extra flags go to the benchmark")
+    # No -h of its own: `myriad bench knn --help` shows the benchmark's options.
+    bench = sub.add_parser(
+        "bench", help="benchmarks; extra flags go to the benchmark", add_help=False
+    )
     bench.add_argument("which", choices=sorted(BENCHMARKS))
 
     export = sub.add_parser(
@@ -316,7 +312,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def _error(exc: BaseException, status: int = 2) -> int:
+def _error(exc: BaseException | str, status: int = 2) -> int:
     """Print ``exc`` on one line of stderr (a message of several lines joined with "; ")."""
     text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
     text = text or type(exc).__name__

@@ -8,7 +8,6 @@ their module (``{"name", "options", "num_envs"}``).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import time
 from typing import Any
@@ -17,6 +16,7 @@ import torch
 
 from myriad.bench.common import machine_info, print_table, write_json
 from myriad.envs import make
+from myriad.utils.commandline import ArgumentParser
 from myriad.utils.optional import available
 
 NAV_CASES: list[dict[str, Any]] = [
@@ -102,7 +102,7 @@ def _label(case: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="myriad bench envs", description=__doc__)
+    parser = ArgumentParser(prog="myriad bench envs", description=__doc__)
     parser.add_argument("--out", default="benchmarks/results/envs.json", help="JSON output path")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda")
     parser.add_argument("--quick", action="store_true", help="a short run over the key cases")

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from myriad.bench.common import machine_info, write_json
+from myriad.utils.commandline import ArgumentParser
 
 STAGES = (
     "cuda_tests",
@@ -594,7 +595,7 @@ def _parse_stages(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="myriad bench gpu", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="myriad bench gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu")
     parser.add_argument(
         "--stages",

@@ -35,6 +35,7 @@ from myriad.entropy.knn import (
     select_backend,
     select_grouped_backend,
 )
+from myriad.utils.commandline import ArgumentParser
 
 DEFAULT_OUT = Path("benchmarks/results/knn.json")
 ALL_BACKENDS = ("kdtree", "faiss", "torch", "faiss-pq", "faiss-ivf", "faiss-hnsw")
@@ -52,7 +53,7 @@ def _parse_ints(text: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="myriad bench knn",
         description="Time the kNN backends (k-NN self-query) and measure approximate-index error.",
     )
