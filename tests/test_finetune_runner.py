@@ -19,6 +19,7 @@ from myriad.finetune.runner import FinetuneRunner
 from myriad.nn.population import build_population
 from myriad.utils.checkpoint import load_checkpoint, save_checkpoint
 from myriad.utils.config import ConfigError
+from myriad.utils.seeding import STREAMS, derive_seed, stream_seed
 
 TINY = [
     "env=empty",
@@ -229,6 +230,19 @@ def test_registry_builds_every_algorithm_with_the_protocol(algo):
     assert algorithm.leader == 0  # PBT: the best member, 0 before any round
     scalars = algorithm.end_iteration(np.zeros(model.num_members), np.ones(model.num_members))
     assert bool(scalars) == (algo == "pbt")  # PBT logs its hyperparameters; PPO has nothing
+    # Its random streams derive from the run's seed by name, not by offsets (seed + 1 is the
+    # next run's seed).
+    assert algorithm.generator.initial_seed() == stream_seed(0, "minibatches")
+    if algo == "pbt":
+        assert algorithm.pbt_generator.initial_seed() == stream_seed(0, "pbt")
+
+
+def test_stream_seeds_are_distinct_and_stable():
+    assert len(set(STREAMS.values())) == len(STREAMS)
+    seeds = {stream_seed(run, name) for run in range(4) for name in STREAMS}
+    assert len(seeds) == 4 * len(STREAMS) and not seeds & set(range(100))
+    # SeedSequence is specified by NumPy: the same numbers on every machine and version.
+    assert derive_seed(0, 2) == 8597659618385908031
 
 
 def test_checkpoint_with_the_earlier_task_stats_layout_loads(tmp_path):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
+from myriad.utils.seeding import STREAMS, derive_seed
 
 # Independent random streams derived from one shard seed.
-ENV_STREAM = 0
-POLICY_STREAM = 1
+ENV_STREAM = STREAMS["env"]
+POLICY_STREAM = STREAMS["policy"]
+
+__all__ = ["ENV_STREAM", "POLICY_STREAM", "derive_seed", "shard_seed", "split_envs"]
 
 
 def split_envs(num_envs: int, num_shards: int) -> list[slice]:
@@ -28,17 +30,6 @@ def split_envs(num_envs: int, num_shards: int) -> list[slice]:
     for w in range(num_shards):
         bounds.append(bounds[-1] + base + (1 if w < extra else 0))
     return [slice(a, b) for a, b in itertools.pairwise(bounds)]
-
-
-def derive_seed(seed: int, *keys: int) -> int:
-    """A 63-bit seed derived from ``seed`` and ``keys`` by NumPy's ``SeedSequence``.
-
-    Distinct key tuples give statistically independent streams; the same inputs always give the
-    same seed, on every machine.
-    """
-    entropy = [int(seed) % 2**64, *(int(k) % 2**64 for k in keys)]
-    state = np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0]
-    return int(state >> np.uint64(1))
 
 
 def shard_seed(seed: int, shard: int, incarnation: int = 0) -> int:

@@ -22,12 +22,8 @@ from myriad.finetune.sapg import SAPG, SAPGConfig
 from myriad.nn.population import PopulationActorCritic
 from myriad.rl.ppo import PPOConfig, ppo_config
 from myriad.utils.config import ConfigError
-from myriad.utils.seeding import make_generator
+from myriad.utils.seeding import make_generator, stream_seed
 from myriad.utils.settings import field_names, from_config
-
-#: Seeds of the algorithm's own random streams, as offsets from the run's seed.
-MINIBATCH_SEED_OFFSET = 1
-PBT_SEED_OFFSET = 2
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ def _cpo(x: Inputs) -> FinetuneAlgorithm:
 
 
 def _pbt(x: Inputs) -> FinetuneAlgorithm:
-    pbt_generator = torch.Generator().manual_seed(x.seed + PBT_SEED_OFFSET)
+    pbt_generator = torch.Generator().manual_seed(stream_seed(x.seed, "pbt"))
     return PBT(x.model, x.ppo, *x.settings, generator=x.generator, pbt_generator=pbt_generator)
 
 
@@ -135,5 +131,5 @@ def build_algorithm(
         from_config(cls, {k: v for k, v in algo.items() if k in field_names(cls)}, "algo")
         for cls in entry.settings
     )
-    generator = make_generator(seed + MINIBATCH_SEED_OFFSET, model.log_std.device)
+    generator = make_generator(stream_seed(seed, "minibatches"), model.log_std.device)
     return entry.build(Inputs(model, ppo_config(cfg), settings, generator, seed))

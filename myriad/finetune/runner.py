@@ -28,13 +28,8 @@ from myriad.rl.collector import RolloutCollector
 from myriad.rl.runner import RunnerBase
 from myriad.utils.checkpoint import latest_checkpoint
 from myriad.utils.config import ConfigError
-from myriad.utils.seeding import make_generator, seed_everything
+from myriad.utils.seeding import make_generator, seed_everything, stream_seed
 from myriad.viz.runs import TrainingVideos, evaluation_behaviour_plots
-
-# Offsets of the seeds of evaluation envs from the run's seed, so evaluations never replay the
-# training envs' episodes.
-_INIT_SEED_OFFSET = 10_000
-_EVAL_SEED_OFFSET = 20_000
 
 
 def check_task(env: VecEnv) -> None:
@@ -109,7 +104,11 @@ class FinetuneRunner(RunnerBase):
         self.videos = TrainingVideos.from_config(cfg, self.run_dir)  # None unless video.every
         self.final_eval: dict[str, float] | None = None
         self.evaluator = PopulationEvaluator.from_config(
-            dict(cfg.get("eval") or {}), env, self.make_env, size, self.seed + _EVAL_SEED_OFFSET
+            dict(cfg.get("eval") or {}),
+            env,
+            self.make_env,
+            size,
+            stream_seed(self.seed, "evaluation"),
         )
         self.last_evaluation: PopulationEvaluation | None = None
         self.solutions: dict[str, Any] | None = None
@@ -138,7 +137,7 @@ class FinetuneRunner(RunnerBase):
             episodes=int(init.get("episodes", 16)),
             deterministic=bool(init.get("deterministic", False)),
             critic=str(init.get("critic", "fresh")),
-            seed=self.seed + _INIT_SEED_OFFSET,
+            seed=stream_seed(self.seed, "init_ranking"),
             env=self.config["env"],
         )
         return self.init_report

@@ -16,6 +16,35 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+#: Keys of the independent random streams derived from one seed with :func:`derive_seed`, in one
+#: table so that no two uses share a stream. ``env`` and ``policy``: a Ray worker's env resets and
+#: action sampling (from its shard seed); the others derive from a run's seed.
+STREAMS: dict[str, int] = {
+    "env": 0,
+    "policy": 1,
+    "minibatches": 2,
+    "pbt": 3,
+    "init_ranking": 4,
+    "evaluation": 5,
+}
+
+
+def derive_seed(seed: int, *keys: int) -> int:
+    """A 63-bit seed derived from ``seed`` and ``keys`` by NumPy's ``SeedSequence``.
+
+    Distinct key tuples give statistically independent streams (unlike ``seed + 1``, which is
+    the next run's seed); the same inputs always give the same seed, on every machine.
+    """
+    entropy = [int(seed) % 2**64, *(int(k) % 2**64 for k in keys)]
+    state = np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0]
+    return int(state >> np.uint64(1))
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    """The seed of the named :data:`STREAMS` entry of a run seeded with ``seed``."""
+    return derive_seed(seed, STREAMS[stream])
+
+
 def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator:
     """A torch generator on ``device``; a random seed is drawn when ``seed`` is None."""
     gen = torch.Generator(device=device)
