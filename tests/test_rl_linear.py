@@ -1,14 +1,17 @@
-"""The oriented linear maps of the learning loop give torch's values and gradients."""
+"""The oriented linear maps and the chunked MLP of the learning loop give torch's values and
+gradients."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import myriad.nn.mlp as mlp_module
 from myriad.nn.linear import Linear, batched_linear, linear
+from myriad.nn.mlp import MLP
 
-# (M, n, in, out): one output (matrix-vector), out < in, in < out, square.
-SHAPES = [(1, 7, 4, 64), (3, 5, 64, 2), (2, 6, 64, 1), (4, 3, 5, 5)]
+# (M, n, in, out): in < out, out < in, one output (matrix-vector), square.
+SHAPES = [(1, 5, 3, 9), (3, 4, 9, 2), (2, 5, 9, 1), (2, 3, 5, 5)]
 
 
 def _inputs(m: int, n: int, i: int, o: int) -> tuple[torch.Tensor, ...]:
@@ -53,3 +56,55 @@ def test_linear_of_one_member_equals_addmm_and_only_needed_gradients_are_formed(
     torch.testing.assert_close(y, torch.addmm(b[0], x[0], w[0]))
     y.sum().backward()
     assert w.grad is not None and b.grad is not None and x.grad is None
+
+
+def _mlp_pair(
+    activations: tuple[torch.nn.Module, ...], last: bool
+) -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    sizes = [5] + [7] * len(activations)
+    for i, act in enumerate(activations):
+        layers += [Linear(sizes[i], sizes[i + 1]), act]
+    if last:
+        layers.append(Linear(sizes[-1], 3))
+    return MLP(*layers).double(), torch.nn.Sequential(*layers).double()
+
+
+@pytest.mark.parametrize(
+    ("activations", "last"),
+    [
+        ((torch.nn.ELU(), torch.nn.ELU()), True),
+        ((torch.nn.ReLU(), torch.nn.Tanh()), False),
+        ((torch.nn.LeakyReLU(0.1),), True),
+    ],
+)
+def test_chunked_mlp_matches_the_sequential_evaluation(
+    activations: tuple[torch.nn.Module, ...], last: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chunks of 16 rows: 40 rows take three chunks, the last one partial.
+    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
+    chunked, plain = _mlp_pair(activations, last)
+    assert list(chunked.state_dict()) == list(plain.state_dict())
+    x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)
+    y, expected = chunked(x), plain(x)
+    torch.testing.assert_close(y, expected)
+    upstream = torch.randn_like(y)
+    got = torch.autograd.grad(y, [x, *chunked.parameters()], upstream)
+    want = torch.autograd.grad(expected, [x, *plain.parameters()], upstream)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    with torch.no_grad():
+        torch.testing.assert_close(chunked(x), expected)
+    assert torch.autograd.gradcheck(chunked, (x,))
+
+
+def test_mlp_falls_back_to_layer_by_layer_where_it_cannot_chunk() -> None:
+    silu, plain = _mlp_pair((torch.nn.SiLU(),), True)
+    assert silu._plan() is None
+    x = torch.randn(4, 6, 5, dtype=torch.float64)
+    torch.testing.assert_close(silu(x[0]), plain(x[0]))
+    elu, plain_elu = _mlp_pair((torch.nn.ELU(),), True)
+    torch.testing.assert_close(elu(x), plain_elu(x))  # [M, N, in] inputs run layer by layer
+    # Rows that fit in one chunk run layer by layer too: the very same numbers.
+    assert torch.equal(elu(x[0]), plain_elu(x[0]))

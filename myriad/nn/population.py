@@ -44,6 +44,7 @@ from myriad.nn.distributions import (
     pairwise_gaussian_kl,
 )
 from myriad.nn.linear import Linear, batched_linear, linear
+from myriad.nn.mlp import MLP
 from myriad.utils.config import ConfigError
 from myriad.utils.running_stats import RunningMeanStd
 from myriad.utils.settings import field_names, from_config
@@ -182,7 +183,7 @@ def _mlp(sizes: Sequence[int], activation: str, out_gain: float | None) -> nn.Se
             layers.append(_linear(a, b, out_gain))
         else:
             layers += [_linear(a, b, HIDDEN_GAIN), ACTIVATIONS[activation]()]
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 def _group_rows(member: torch.Tensor, num_members: int) -> tuple[torch.Tensor, int]:
