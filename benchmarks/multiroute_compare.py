@@ -50,7 +50,11 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "sapg": ("sapg", []),
     "pbt": ("pbt", []),
     "ppo": ("ppo", []),
+    # Not in the default sweep: larger or spread KL targets, tried when 0.3 kept one route.
+    "cpo-setpoint-3": ("cpo", ["algo.kl_target=3.0"]),
+    "cpo-spread": ("cpo", ["algo.kl_targets=[0.3,1.0,3.0]"]),
 }
+DEFAULT_VARIANTS = ("cpo-setpoint", "cpo-fixed", "sapg", "pbt", "ppo")
 METRICS = (
     "distinct_solutions",
     "leader_success",
@@ -65,6 +69,8 @@ COLORS = {
     "sapg": "tab:blue",
     "pbt": "tab:green",
     "ppo": "tab:gray",
+    "cpo-setpoint-3": "tab:purple",
+    "cpo-spread": "tab:brown",
 }
 
 
@@ -350,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument(
+        "--variants", nargs="+", default=list(DEFAULT_VARIANTS), choices=list(VARIANTS)
+    )
+    parser.add_argument(
+        "--no-scratch", action="store_true", help="only the runs with K-Myriad init"
+    )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--num-envs", type=int, default=256)
@@ -375,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         (seed, variant, init)
         for seed in range(args.seeds)
         for variant in args.variants
-        for init in (True, False)
+        for init in ((True,) if args.no_scratch else (True, False))
     ]
     for seed, variant, init in plan:
         folder = args.workdir / f"{variant}-{'init' if init else 'scratch'}-seed{seed}"
