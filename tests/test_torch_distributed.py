@@ -62,10 +62,12 @@ TINY = (
 #: |2 ranks - 1 process| allowed for the mean over the run's iterations of the collective entropy
 #: (nats) and of the rollout's union coverage. The two runs draw different random numbers (each
 #: rank resets and samples with its own stream; see docs/distributed.md), so they agree as two
-#: seeds do: over seeds 0-7 of this config the one-process means spread by 0.18 nats and 0.05
-#: (benchmarks/results/torchdist_agreement.json).
-ENTROPY_TOLERANCE = 0.3
-COVERAGE_TOLERANCE = 0.08
+#: seeds do: over seeds 0-7 of this config the largest same-seed difference was 0.18 nats and
+#: 0.024, the one-process means' standard deviations 0.046 and 0.011
+#: (benchmarks/results/torchdist_agreement.json). Measuring half the population instead of all
+#: of it would move the entropy by about log 2 and halve the union coverage.
+ENTROPY_TOLERANCE = 0.2
+COVERAGE_TOLERANCE = 0.03
 
 
 def _free_port() -> int:
@@ -124,7 +126,6 @@ def test_two_ranks_agree_with_one_process(two_ranks, tmp_path):
         assert abs(np.mean(a) - np.mean(b)) < tolerance, (key, a, b)
     # Every member's entropy is reported (the ranks' members are gathered), on the same scale.
     assert {f"entropy/member_{i}" for i in range(4)} <= set(two["scalars"])
-    assert abs(two["eval_entropy_collective"] - summary["eval_entropy_collective"]) < 1.0
 
 
 def test_checkpoint_and_dataset_load_in_one_process(two_ranks, tmp_path, capsys):
@@ -194,6 +195,13 @@ def test_layouts_that_do_not_shard_are_refused_in_one_line():
         launched_world_size({"WORLD_SIZE": "two"})
     with pytest.raises(ConfigError, match="torchrun"):
         RankGroup.launch("cpu", {"WORLD_SIZE": "2"})
+
+
+def test_finetune_under_torchrun_is_refused_in_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["finetune", "--algo", "ppo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "does not shard over torchrun ranks" in err
 
 
 # ------------------------------------------------------------------ run by torchrun as a script

@@ -3,6 +3,7 @@ population, train, evaluate the leader, report where the results are."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,11 @@ def finetune(
     """
     from myriad.finetune.runner import FinetuneRunner
 
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # torchrun: not sharded (distributed.md)
+        raise ConfigError(
+            "myriad finetune does not shard over torchrun ranks: run it in one process (it "
+            "starts from a sharded pretraining run with --init like from any other)"
+        )
     cfg = resolve_config(algo, overrides, init, resume)
     check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
     name = f"{cfg['algo']['name']}-{cfg['env']['name']}"
