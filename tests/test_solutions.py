@@ -140,38 +140,56 @@ def test_three_routes_are_three_solutions(routes):
     assert count(paths, success).count == 1
 
 
-def test_noise_below_the_share_does_not_count(routes):
-    top = routes[0]
-    middle_entry = world(THREE, [(4, 2), (4, 3), (4, 2)])  # a look into the middle corridor
-    detour = torch.cat([top[:1], middle_entry, top])
-    paths = [routes[k] for k in (0, 1, 2) for _ in range(20)] + [detour]
-    strict = count(paths)  # 1 of 61 successes (1.6%) < 5%
-    assert strict.count == 3 and strict.counted.tolist() == [True, True, True, False]
-    assert count(paths, share=0.0).count == 4
+def test_excursions_are_erased_and_rare_routes_do_not_count(routes):
+    top, middle, bottom = routes
+    # A look into the middle corridor and back, then the top route: still the top route.
+    peek = torch.cat([top[:1], world(THREE, [(4, 2), (4, 3), (4, 2)]), top])
+    # Two cells down the bottom corridor and back, then the middle route.
+    dead_end = torch.cat([middle[:1], world(THREE, [(5, 1), (6, 1), (5, 1)]), middle])
+    both = count([top] * 5 + [peek] + [middle] * 5 + [dead_end])
+    assert both.count == 2 and both.sizes.tolist() == [6, 6]
+    paths = [top] * 20 + [middle] * 20 + [bottom]
+    strict = count(paths)  # the bottom route: 1 of 41 successes (2.4%) < 5%
+    assert strict.count == 2 and strict.counted.tolist() == [True, True, False]
+    assert count(paths, share=0.0).count == 3
     assert count(paths, share=0.5).count == 0
-    # A share reached exactly counts: 20 of 61 episodes against 20/61.
-    assert count(paths, share=20 / 61).count == 3
+    # A share reached exactly counts: 20 of 41 episodes against 20/41.
+    assert count(paths, share=20 / 41).count == 2
 
 
-def test_batched_clusters_match_python_sets():
+def loop_erased(sequence: list[int]) -> frozenset:
+    """Chronological loop erasure, one region at a time (the reference)."""
+    path: list[int] = []
+    for region in sequence:
+        if region in path:
+            del path[path.index(region) + 1 :]
+        else:
+            path.append(region)
+    return frozenset(path)
+
+
+def test_batched_clusters_match_python_loop_erasure():
     rng = random.Random(0)
-    n, t = 120, 9
+    n, t = 150, 12
     ids = torch.tensor([[rng.randrange(-1, 5) for _ in range(t)] for _ in range(n)])
     valid = torch.tensor([[j < rng.randrange(1, t + 1) for j in range(t)] for _ in range(n)])
     success = torch.tensor([rng.random() < 0.7 for _ in range(n)])
     result = distinct_solutions(ids, valid, success, min_share=0.03)
     sets = Counter(
-        frozenset(int(ids[i, j]) for j in range(t) if valid[i, j] and ids[i, j] >= 0)
+        loop_erased([int(ids[i, j]) for j in range(t) if valid[i, j] and ids[i, j] >= 0])
         for i in range(n)
         if success[i]
     )
     assert sorted(result.sizes.tolist(), reverse=True) == sorted(sets.values(), reverse=True)
     threshold = 0.03 * sum(sets.values())
     assert result.count == sum(v >= threshold for v in sets.values())
-    for k in range(len(result.sizes)):  # each cluster's regions are its episodes' set
+    for k in range(len(result.sizes)):  # each cluster's regions are its episodes' route
         members = torch.nonzero(result.episode_cluster == k).flatten().tolist()
         regions = frozenset(result.regions[result.signatures[k]].tolist())
         assert sets[regions] == len(members)
+        for i in members:
+            route = [int(ids[i, j]) for j in range(t) if valid[i, j] and ids[i, j] >= 0]
+            assert loop_erased(route) == regions
 
 
 def test_grid_regions_for_envs_without_a_layout():

@@ -1,6 +1,8 @@
 """Distinct solutions of a population: successful episodes grouped by the regions they cross.
 
-An episode's *signature* is the set of regions its states pass through. Successful episodes with
+An episode's *signature* is the set of regions on its loop-erased route: the regions its states
+pass through, without the excursions that come back to a region already on the route (a look
+into a corridor and back is not a second route). Successful episodes with
 the same signature are one *solution*; a solution counts when it holds at least ``min_share`` of
 all successful episodes (default :data:`DEFAULT_MIN_SHARE`), so a route taken once by accident
 does not count as a way of solving the task.
@@ -250,23 +252,48 @@ class Solutions:
 def episode_signatures(
     region_ids: torch.Tensor, valid: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The set of regions each episode visits.
+    """The regions of each episode's loop-erased route.
+
+    Loop erasure drops every excursion that comes back to a region already on the route (a look
+    into a corridor and back, a dead end, a circle in a room): the route starts at the first
+    state's region and continues at the state after the *last* visit of the current region, until
+    the episode ends. This is the chronological loop erasure of the sequence of regions, computed
+    for all episodes at once; the loop runs over route steps (at most the number of distinct
+    regions), each a batched gather over the episodes.
 
     Args:
         region_ids: ``[N, T]`` region of every state of every episode (-1: no region).
         valid: ``[N, T]`` bool, the states that belong to the episode.
 
     Returns:
-        ``(visited [N, R'] bool, regions [R'] long)``: column j of ``visited`` is region
-        ``regions[j]``; only regions some episode visited get a column.
+        ``(on_route [N, R'] bool, regions [R'] long)``: column j is region ``regions[j]``;
+        only regions some episode visited get a column.
     """
-    n = region_ids.shape[0]
+    n, t = region_ids.shape
+    device = region_ids.device
     keep = valid & (region_ids >= 0)
-    episode = torch.arange(n, device=region_ids.device).unsqueeze(1).expand_as(region_ids)
     regions, column = torch.unique(region_ids[keep], return_inverse=True)
-    visited = torch.zeros(n, len(regions), dtype=torch.bool, device=region_ids.device)
-    visited[episode[keep], column] = True
-    return visited, regions
+    r = len(regions)
+    # Column of every kept state; r (a spare column) elsewhere.
+    col = torch.full((n, t), r, dtype=torch.long, device=device)
+    col[keep] = column
+    steps = torch.arange(t, device=device).expand(n, t)
+    last = torch.full((n, r + 1), -1, dtype=torch.long, device=device)
+    last.scatter_reduce_(1, col, torch.where(keep, steps, -1), reduce="amax")
+    # next_kept[:, i]: the first kept state at or after i (t: none), by a reversed running min.
+    ahead = torch.where(keep, steps, t).flip(1).cummin(dim=1).values.flip(1)
+    next_kept = torch.cat([ahead, torch.full((n, 1), t, device=device)], dim=1)
+    rows = torch.arange(n, device=device)
+    current = next_kept[:, 0]
+    on_route = torch.zeros(n, r + 1, dtype=torch.bool, device=device)
+    active = current < t
+    while bool(active.any()):
+        region = col[rows, current.clamp(max=t - 1)]
+        on_route[rows[active], region[active]] = True
+        after = (last[rows, region] + 1).clamp(max=t)
+        current = torch.where(active, next_kept[rows, after], current)
+        active = active & (current < t)
+    return on_route[:, :r], regions
 
 
 def distinct_solutions(
