@@ -12,7 +12,7 @@ from myriad.pretrain import pretrain
 from myriad.pretrain.api import resolve_config
 from myriad.pretrain.runner import PretrainRunner
 from myriad.utils.checkpoint import ConfigMismatchError
-from myriad.utils.config import ConfigError, PretrainConfigError
+from myriad.utils.config import ConfigError
 
 TINY = [
     "env=four_rooms",
@@ -44,7 +44,7 @@ def _run(tmp_path: Path, extra: list[str] = (), name: str = "run") -> dict:
     ],
 )
 def test_bad_population_layouts_name_the_fix(tmp_path, overrides, match):
-    with pytest.raises(PretrainConfigError, match=match):
+    with pytest.raises(ConfigError, match=match):
         pretrain([*TINY, *overrides], run_dir=tmp_path / "bad", quiet=True)
 
 

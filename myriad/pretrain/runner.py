@@ -17,45 +17,17 @@ import torch
 
 from myriad.datasets.recorder import DatasetRecorder, dataset_location, dataset_metadata
 from myriad.entropy import CoverageTracker
-from myriad.envs import make, make_from_config
-from myriad.envs.base import TensorVecEnv
-from myriad.nn.population import block_members, build_population
+from myriad.envs import make
 from myriad.pretrain.objectives import EntropyMeasurement, build_objective
 from myriad.pretrain.plots import coverage_map, entropy_curves
-from myriad.rl.collector import RolloutCollector
+from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings, whole_run
 from myriad.rl.ppo import PPO, ppo_config
-from myriad.rl.runner import RunnerBase
-from myriad.utils.config import PretrainConfigError
 from myriad.utils.faults import fault_point
-from myriad.utils.seeding import make_generator, seed_everything
+from myriad.utils.seeding import make_generator, stream_seed
 from myriad.viz.runs import TrainingVideos, run_behaviour_plots
 
 
-def check_population(num_envs: int, size: int, num_steps: int, k: int) -> None:
-    """Validate the population layout before anything is built."""
-    if size < 1:
-        raise PretrainConfigError(f"population.size must be >= 1, got {size}")
-    if size > num_envs:
-        raise PretrainConfigError(
-            f"population.size={size} is larger than num_envs={num_envs}: every member needs at "
-            f"least one env; raise num_envs or lower population.size"
-        )
-    if num_envs % size:
-        lower, upper = num_envs - num_envs % size, num_envs - num_envs % size + size
-        raise PretrainConfigError(
-            f"num_envs={num_envs} does not split into {size} equal blocks; use num_envs={lower} "
-            f"or {upper}, or a population.size that divides {num_envs}"
-        )
-    per_member = num_envs // size * num_steps
-    if k >= per_member:
-        raise PretrainConfigError(
-            f"objective.k={k} needs more than k states per member, but each member collects "
-            f"{per_member} per rollout (num_envs / population.size * num_steps); lower "
-            f"objective.k or raise num_envs / num_steps"
-        )
-
-
-class PretrainRunner(RunnerBase):
+class PretrainRunner(OnPolicyRunner):
     """K-Myriad pretraining from a resolved config (see ``configs/pretrain.yaml``).
 
     Args:
@@ -64,7 +36,7 @@ class PretrainRunner(RunnerBase):
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
-        *RunnerBase.RESUME_IGNORED_KEYS,
+        *OnPolicyRunner.RESUME_IGNORED_KEYS,
         "iterations",
         "eval.*",
         "torch_threads",
@@ -72,45 +44,24 @@ class PretrainRunner(RunnerBase):
     )
 
     def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
+        obj_cfg = cfg["objective"]
+        setup = population_setup(cfg, self.env_shard, min_states=int(obj_cfg["k"]))
+        cfg = setup.config
+        # The member of every env of the run [E]; this process steps the envs `setup.envs`.
+        self.member = setup.member
         super().__init__(
+            setup.env,
+            setup.model,
+            PPO(setup.model, ppo_config(cfg)),
             cfg,
             run_dir,
-            progress=bool(cfg.get("progress", True)),
-            checkpoint_every=int(cfg.get("checkpoint_every", 0)),
-            keep_checkpoints=cfg.get("keep_checkpoints"),
-            plots=bool(cfg.get("plots", True)),
-        )
-        cfg = self.config
-        seed = int(cfg["seed"])
-        seed_everything(seed)
-        obj_cfg = cfg["objective"]
-        check_population(
-            int(cfg["num_envs"]),
-            int(cfg["population"]["size"]),
-            int(cfg["num_steps"]),
-            int(obj_cfg["k"]),
-        )
-        envs, env_seed = self.env_shard(int(cfg["num_envs"]), int(cfg["population"]["size"]), seed)
-        self.env = make_from_config(
-            cfg["env"], envs.stop - envs.start, cfg["device"], cfg.get("distributed")
-        )
-        self.model = build_population(cfg["population"], self.env.obs_dim, self.env.action_dim).to(
-            self.env.device
-        )
-        self.algorithm = PPO(self.model, ppo_config(cfg))
-        # The member of every env of the run [E]; this process steps the envs `envs` of it.
-        self.member = block_members(int(cfg["num_envs"]), self.model.num_members, self.env.device)
-        self.collector = RolloutCollector(
-            self.env,
-            self.model,
-            member=self.member[envs],
-            generator=make_generator(env_seed, self.env.device),
+            num_steps=int(cfg["num_steps"]),
+            seed=setup.env_seed,
+            member=setup.member[setup.envs],
             store_transitions=True,
+            desync=bool(cfg.get("desync_episodes", True)),
+            **runner_settings(cfg),
         )
-        self.storage = self.collector.make_storage(int(cfg["num_steps"]))
-        self.collector.reset(env_seed)
-        if cfg.get("desync_episodes", True) and isinstance(self.env, TensorVecEnv):
-            self.env.randomize_episode_progress()
         self.num_members = self.model.num_members
         self.measure = EntropyMeasurement(
             int(obj_cfg["k"]),
@@ -166,7 +117,7 @@ class PretrainRunner(RunnerBase):
     # -- the process's share of the run (all of it; torchrun ranks override both) -------
     def env_shard(self, num_envs: int, num_members: int, seed: int) -> tuple[slice, int]:
         """The envs of the run this process steps, and the seed of their random streams."""
-        return slice(0, num_envs), seed
+        return whole_run(num_envs, num_members, seed)
 
     def _gathered(self, local: torch.Tensor, dim: int = 1) -> torch.Tensor:
         """Per-env tensors of this process's envs (along ``dim``) -> those of all envs."""
@@ -243,8 +194,9 @@ class PretrainRunner(RunnerBase):
             self.env.device,
             **dict(cfg["env"].get("options") or {}),
         )
-        gen = make_generator(int(cfg["seed"]) + 1, env.device)
-        obs = env.reset(seed=int(cfg["seed"]) + 1)
+        seed = stream_seed(int(cfg["seed"]), "evaluation")  # never the training envs' episodes
+        gen = make_generator(seed, env.device)
+        obs = env.reset(seed=seed)
         feats, members = [], []
         for _ in range(episodes * env.max_episode_steps):
             out = self.model.act(obs, self.member, gen, blocked=True)  # block_members layout

@@ -15,11 +15,6 @@ class ConfigError(ValueError):
     """A config override or saved config is unusable; the message names the key."""
 
 
-class PretrainConfigError(ConfigError):
-    """A pretraining config cannot work (population layout, k); the message says what to
-    change."""
-
-
 def config_dir() -> Path:
     """The folder of the packaged Hydra configs (``myriad/configs``)."""
     return Path(str(resources.files("myriad") / "configs"))
