@@ -93,10 +93,10 @@ class TransitionData:
         """The same data as torch tensors on ``device`` (zero-copy on CPU)."""
         import torch
 
-        return replace(
-            self,
-            **{k: torch.as_tensor(getattr(self, k)).to(device) for k in ROW_KEYS},
-        )
+        columns: dict[str, Any] = {
+            k: torch.as_tensor(getattr(self, k)).to(device) for k in ROW_KEYS
+        }
+        return replace(self, **columns)
 
 
 def load(

@@ -91,9 +91,9 @@ def export(
     try:
         src = Path(reader.path)
         spec = reader.spec
-        if members is not None:
-            present = _present_members(spec)
-            unknown = sorted(set(members) - set(present)) if present is not None else []
+        # A dataset that does not record its population size accepts any member.
+        if members is not None and (present := _present_members(spec)) is not None:
+            unknown = sorted(set(members) - set(present))
             if unknown:
                 raise ValueError(
                     f"members {unknown} are not in the dataset (population size {len(present)})"

@@ -63,10 +63,10 @@ class _CoverageCounter:
 
         if len(features) == 0:
             return
-        cell, inside = cell_index(
+        cell_t, inside_t = cell_index(
             torch.as_tensor(features), self.grid.low, self.grid.high, self.grid.cells
         )
-        cell, inside = cell.numpy(), inside.numpy()
+        cell, inside = cell_t.numpy(), inside_t.numpy()
         keys = np.unique(member[inside].astype(np.int64) * self.n_cells + cell[inside])
         owners = keys // self.n_cells
         for m in np.unique(owners):

@@ -119,7 +119,11 @@ class DatasetWriter(Protocol):
     """
 
     path: Path
-    spec: DatasetSpec
+
+    @property
+    def spec(self) -> DatasetSpec:
+        """Row schema and metadata (read-only: a writer may derive it from its own state)."""
+        ...
 
     @property
     def rows(self) -> int:

@@ -46,6 +46,24 @@ def _compressors() -> tuple[BloscCodec, ...]:
     return (BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle"),)
 
 
+def _array(group: zarr.Group, key: str, path: Path) -> zarr.Array:
+    """The array ``group[key]``: zarr types a group's member as an array or a group.
+
+    Raises:
+        IncompleteDatasetError: ``key`` is missing or not an array (the store is not in this
+            layout).
+    """
+    node = group.get(key)
+    if not isinstance(node, zarr.Array):
+        raise IncompleteDatasetError(f"{path} is not a {LAYOUT} store: it has no array {key}")
+    return node
+
+
+def _rows(array: zarr.Array, start: int | None = None, stop: int | None = None) -> np.ndarray:
+    """Rows ``[start, stop)`` of ``array`` (zarr types a read as a scalar or an array)."""
+    return np.asarray(array[start:stop])
+
+
 class ZarrWriter:
     """Append-only, crash-safe writer of a zarr v3 replay buffer (a :class:`DatasetWriter`).
 
@@ -151,7 +169,7 @@ class ZarrWriter:
         if not self._open:
             return self.path if complete and self.path.exists() else self.tmp
         if complete:
-            last_end = int(self.ends[-1]) if self._episodes else 0
+            last_end = int(_rows(self.ends, -1)[0]) if self._episodes else 0
             if last_end != self._rows:
                 raise ValueError(
                     f"the last {self._rows - last_end} rows end inside an episode (no terminal "
@@ -186,13 +204,22 @@ class ZarrReader:
             raise IncompleteDatasetError(
                 f"{self.path} is not marked complete: its writer did not finish"
             )
-        data = self.root["data"]
-        self.arrays = {k: data[k] for k in ROW_KEYS}
+        data = self.root.get("data")
+        if not isinstance(data, zarr.Group):
+            raise IncompleteDatasetError(f"{self.path} is not a {LAYOUT} store: it has no data/")
+        self.arrays = {k: _array(data, k, self.path) for k in ROW_KEYS}
+        feature_names = attrs.get("feature_names", [])
+        metadata = attrs.get("metadata", {})
+        if not isinstance(feature_names, list) or not isinstance(metadata, dict):
+            raise IncompleteDatasetError(
+                f"{self.path} is not a {LAYOUT} store: its attributes feature_names and metadata "
+                "are not a list and an object"
+            )
         self.spec = DatasetSpec(
             int(self.arrays["observations"].shape[1]),
             int(self.arrays["actions"].shape[1]),
-            tuple(attrs.get("feature_names", ())),
-            dict(attrs.get("metadata", {})),
+            tuple(str(name) for name in feature_names),
+            dict(metadata),
         )
 
     @property
@@ -201,11 +228,11 @@ class ZarrReader:
 
     def episode_ends(self) -> np.ndarray:
         """``meta/episode_ends``, ``[K]`` int64."""
-        return self.root["meta/episode_ends"][:]
+        return _rows(_array(self.root, "meta/episode_ends", self.path))
 
     def read(self, start: int, stop: int) -> Rows:
         """Rows ``[start, stop)``."""
-        return {k: a[start:stop] for k, a in self.arrays.items()}
+        return {k: _rows(a, start, stop) for k, a in self.arrays.items()}
 
     def iter_chunks(self, chunk_rows: int = CHUNK_ROWS) -> Iterator[Rows]:
         for start in range(0, self.num_rows, chunk_rows):
