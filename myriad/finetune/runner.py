@@ -14,21 +14,19 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from myriad.envs import make, make_from_config
-from myriad.envs.base import TensorVecEnv, VecEnv
+from myriad.envs import make
+from myriad.envs.base import VecEnv
 from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.diagnostics import Diagnostics
 from myriad.finetune.evaluation import PopulationEvaluation, PopulationEvaluator
-from myriad.finetune.init import InitReport, build_population, initialise
+from myriad.finetune.init import InitReport, initialise
 from myriad.finetune.plots import kl_heatmap, kl_setpoint, overview
 from myriad.finetune.route_plots import route_map
 from myriad.finetune.tracking import CollectorState, member_scalars
-from myriad.nn.population import block_members, check_population
-from myriad.rl.collector import RolloutCollector
-from myriad.rl.runner import RunnerBase
+from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
 from myriad.utils.checkpoint import latest_checkpoint
 from myriad.utils.config import ConfigError
-from myriad.utils.seeding import make_generator, seed_everything, stream_seed
+from myriad.utils.seeding import stream_seed
 from myriad.viz.runs import TrainingVideos, evaluation_behaviour_plots
 
 
@@ -41,7 +39,7 @@ def check_task(env: VecEnv) -> None:
         )
 
 
-class FinetuneRunner(RunnerBase):
+class FinetuneRunner(OnPolicyRunner):
     """Finetuning from a resolved config (see ``configs/finetune.yaml``).
 
     Args:
@@ -50,7 +48,7 @@ class FinetuneRunner(RunnerBase):
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
-        *RunnerBase.RESUME_IGNORED_KEYS,
+        *OnPolicyRunner.RESUME_IGNORED_KEYS,
         "iterations",
         "torch_threads",
         "eval.*",
@@ -58,41 +56,25 @@ class FinetuneRunner(RunnerBase):
     )
 
     def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
+        setup = population_setup(cfg)
+        check_task(setup.env)
+        cfg = setup.config
+        self.seed = setup.seed
+        algorithm = build_algorithm(cfg, setup.model, self.seed)
         super().__init__(
+            setup.env,
+            setup.model,
+            algorithm,
             cfg,
             run_dir,
-            progress=bool(cfg.get("progress", True)),
-            tensorboard=bool(cfg.get("tensorboard", True)),
-            plots=bool(cfg.get("plots", True)),
-            checkpoint_every=int(cfg.get("checkpoint_every", 0)),
-            keep_checkpoints=cfg.get("keep_checkpoints"),
+            num_steps=int(cfg["num_steps"]),
+            seed=self.seed,
+            member=setup.member,
+            store_transitions=algorithm.needs_transitions,
+            desync=bool(cfg.get("desync_episodes", True)),
+            **runner_settings(cfg),
         )
-        cfg = self.config
-        self.seed = int(cfg["seed"])
-        seed_everything(self.seed)
-        num_envs, size = int(cfg["num_envs"]), int(cfg["population"]["size"])
-        check_population(num_envs, size)
-        env = make_from_config(cfg["env"], num_envs, cfg["device"], cfg.get("distributed"))
-        check_task(env)
-        desync = bool(cfg.get("desync_episodes", True)) and isinstance(env, TensorVecEnv)
-        self.model = build_population(cfg["population"], env.obs_dim, env.action_dim).to(env.device)
-        self.algorithm = build_algorithm(cfg, self.model, self.seed)
-        member = block_members(num_envs, size, env.device)
-        self.env = env
-        self.collector = RolloutCollector(
-            self.env,
-            self.model,
-            member,
-            generator=make_generator(self.seed, env.device),
-            store_transitions=self.algorithm.needs_transitions,
-        )
-        self.storage = self.collector.make_storage(int(cfg["num_steps"]))
-        self.collector.reset(self.seed)
-        if desync:
-            # Envs reset together would also end together: spread the first episodes' ends so
-            # that every rollout mixes episode phases (and per-iteration success rates mean
-            # something from the start).
-            env.randomize_episode_progress()
+        env, member, size = self.env, setup.member, self.model.num_members
         self.diagnostics = Diagnostics(
             member,
             size,
@@ -143,10 +125,6 @@ class FinetuneRunner(RunnerBase):
         return self.init_report
 
     # ---------------------------------------------------------------- one iteration
-
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.storage.num_steps * self.storage.num_envs
 
     @property
     def critic_warmup(self) -> int:
