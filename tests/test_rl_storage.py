@@ -10,6 +10,7 @@ import torch
 from myriad.envs import FeatureSpec, TensorVecEnv, make
 from myriad.nn import PopulationActorCritic, block_members
 from myriad.rl import PPO, PPOConfig, RolloutCollector, RolloutStorage
+from myriad.rl.storage import take_rows
 
 
 class DriftEnv(TensorVecEnv):
@@ -234,3 +235,25 @@ def test_cuda_rollout_loop_never_synchronises():
             torch.cuda.set_sync_debug_mode("default")
         stats = PPO(model, PPOConfig(epochs=1, minibatches=2)).update(storage)
         assert all(np.isfinite(v) for v in stats.values())
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [
+        ((50, 2), torch.float32),
+        ((50, 4), torch.float32),
+        ((50, 3), torch.float32),
+        ((50, 2, 2), torch.float32),
+        ((50, 2), torch.float64),
+        ((50,), torch.bool),
+    ],
+)
+def test_take_rows_gives_index_select_bit_for_bit(shape, dtype):
+    gen = torch.Generator().manual_seed(0)
+    rows = (torch.randn(shape, generator=gen) * 10).to(dtype)
+    if dtype.is_floating_point:
+        rows.view(-1)[::7] = float("nan")
+    index = torch.randint(0, shape[0], (80,), generator=gen)  # repeats included
+    got, want = take_rows(rows, index), rows.index_select(0, index)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))

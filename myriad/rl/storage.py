@@ -13,6 +13,25 @@ import torch
 
 from myriad.rl.gae import compute_gae
 
+# Whole rows of these sizes (in bytes) are gathered as single elements of this dtype.
+_ROW_DTYPES = {8: torch.int64, 16: torch.complex128}
+
+
+def take_rows(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``rows[index]`` for ``rows [N, ...]`` and ``index [B]``: the same bits as
+    ``index_select``, faster for rows of 8 or 16 bytes (2 or 4 float32 values: actions, 2-D
+    features, small observations), which are gathered as one 8- or 16-byte element each; a
+    per-row copy of a few bytes costs about ten times as much on a CPU.
+    """
+    if rows.dim() > 1 and rows.is_contiguous():
+        row_bytes = rows[0].numel() * rows.element_size()
+        wide = _ROW_DTYPES.get(row_bytes)
+        if wide is not None and rows.storage_offset() * rows.element_size() % row_bytes == 0:
+            flat = rows.view(rows.shape[0], -1).view(wide).view(-1)
+            picked = flat.index_select(0, index).view(rows.dtype)
+            return picked.view(index.shape[0], *rows.shape[1:])
+    return rows.index_select(0, index)
+
 
 def member_major_index(member: torch.Tensor, num_members: int, num_steps: int) -> torch.Tensor:
     """``[M, T * E / M]``: the time-major flat indices ``t * E + e`` of each member's rows, in
@@ -261,7 +280,7 @@ class RolloutStorage:
         def take(buf: torch.Tensor | None) -> torch.Tensor | None:
             if buf is None:
                 return None
-            return buf.reshape(-1, *buf.shape[2:]).index_select(0, index)
+            return take_rows(buf.reshape(-1, *buf.shape[2:]), index)
 
         env = index % self.num_envs
         return Batch(
