@@ -46,16 +46,20 @@ def knn_reward_from_distances(
         ``[N]`` float32 rewards on the distances' device.
     """
     _check_reward_parameters(beta, c)
-    if beta > 0 and collective_kth is None:
-        raise ValueError(f"beta={beta} > 0 weighs the pooled term: pass collective_kth")
-    if beta < 1 and individual_kth is None:
-        raise ValueError(f"beta={beta} < 1 weighs the per-member term: pass individual_kth")
-    like = collective_kth if collective_kth is not None else individual_kth
-    reward = torch.zeros(like.shape[0], dtype=torch.float32, device=like.device)
+    # (weight, k-th distances) of each term with a non-zero weight: 0 <= beta <= 1 leaves one.
+    terms: list[tuple[float, torch.Tensor]] = []
     if beta > 0:
-        reward += beta * torch.log(c + collective_kth)
+        if collective_kth is None:
+            raise ValueError(f"beta={beta} > 0 weighs the pooled term: pass collective_kth")
+        terms.append((beta, collective_kth))
     if beta < 1:
-        reward += (1.0 - beta) * torch.log(c + individual_kth)
+        if individual_kth is None:
+            raise ValueError(f"beta={beta} < 1 weighs the per-member term: pass individual_kth")
+        terms.append((1.0 - beta, individual_kth))
+    like = collective_kth if collective_kth is not None else terms[0][1]
+    reward = torch.zeros(like.shape[0], dtype=torch.float32, device=like.device)
+    for weight, kth in terms:
+        reward += weight * torch.log(c + kth)
     return reward
 
 

@@ -89,7 +89,7 @@ class KNNSearch:
         """
         check_points(x, "x")
         self_query = reference is None
-        if self_query:
+        if reference is None:
             ref = x
             check_k(k, x.shape[0] - 1, "x (excluding each point itself)")
         else:

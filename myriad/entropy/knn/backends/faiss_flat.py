@@ -7,7 +7,7 @@ rows an approximate faiss index leaves short (:class:`ApproximateFaissBackend`).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -16,12 +16,15 @@ from myriad.entropy.knn.backends.base import SearchBackend, SearchOptions
 from myriad.entropy.knn.neighbors import as_numpy32
 from myriad.entropy.knn.selection import faiss_gpu_available
 
-_GPU_RESOURCES: dict[int, object] = {}
+if TYPE_CHECKING:
+    import faiss
+
+_GPU_RESOURCES: dict[int, faiss.StandardGpuResources] = {}
 # faiss's GPU k-selection handles at most this many results per query.
 _FAISS_GPU_MAX_K = 2048
 
 
-def _gpu_resources(device_index: int) -> object:
+def _gpu_resources(device_index: int) -> faiss.StandardGpuResources:
     import faiss
 
     res = _GPU_RESOURCES.get(device_index)
@@ -59,8 +62,8 @@ def flat_search(q: torch.Tensor, r: torch.Tensor, kk: int) -> tuple[torch.Tensor
         return d2, idx
     qn = as_numpy32(q)
     rn = qn if q is r else as_numpy32(r)
-    d2, idx = faiss.knn(qn, rn, kk)
-    return torch.from_numpy(d2), torch.from_numpy(idx)
+    d2_cpu, idx_cpu = faiss.knn(qn, rn, kk)
+    return torch.from_numpy(d2_cpu), torch.from_numpy(idx_cpu)
 
 
 def repair_missing(q: torch.Tensor, r: torch.Tensor, idx: torch.Tensor, kk: int) -> torch.Tensor:

@@ -54,7 +54,9 @@ def pq_search(
         faiss.copy_array_to_vector(levels.numpy().ravel(), flat_pq.pq.centroids)
         flat_pq.is_trained = True
         flat_pq.add_sa_codes(feature_codes(rt, levels))
-        index = faiss.IndexRefineFlat(faiss.IndexPQFastScan(flat_pq), faiss.swig_ptr(rn))
+        # faiss's stubs omit the IndexPQFastScan(IndexPQ) constructor that the library has.
+        fast_scan = faiss.IndexPQFastScan(flat_pq)  # type: ignore[arg-type]
+        index = faiss.IndexRefineFlat(fast_scan, faiss.swig_ptr(rn))
     else:
         if padded != p:
             rn = np.ascontiguousarray(np.pad(rn, ((0, 0), (0, padded - p))))

@@ -46,7 +46,8 @@ def block_search(
         g1 = min(g_total, g0 + bg)
         for s in range(0, nq, bq):
             e = min(nq, s + bq)
-            best_v = best_i = None
+            best_v: torch.Tensor | None = None
+            best_i: torch.Tensor | None = None
             for c0 in range(0, nr, br):
                 c1 = min(nr, c0 + br)
                 tile = torch.baddbmm(
@@ -61,7 +62,7 @@ def block_search(
                 kc = min(k, c1 - c0)
                 v, i = torch.topk(tile, kc, dim=2, largest=False, sorted=False)
                 i = i + c0
-                if best_v is None:
+                if best_v is None or best_i is None:
                     best_v, best_i = v, i
                 else:
                     v = torch.cat([best_v, v], dim=2)
@@ -69,6 +70,8 @@ def block_search(
                     kk = min(k, v.shape[2])
                     best_v, pos = torch.topk(v, kk, dim=2, largest=False, sorted=False)
                     best_i = i.gather(2, pos)
+            # The reference tiles cover nr >= 1 rows, so the loop above ran at least once.
+            assert best_v is not None and best_i is not None
             out_v[g0:g1, s:e] = best_v
             out_i[g0:g1, s:e] = best_i
     return out_v, out_i
@@ -98,7 +101,7 @@ class TorchBackend(SearchBackend):
         sizes = layout.sizes.to(x.device)
         if layout.equal_blocks:
             padded = x.reshape(m_groups, n_max, p)
-            valid = None
+            valid: torch.Tensor | None = None
         else:
             gid = layout.group_ids()
             pos = layout.position_in_group()
@@ -114,7 +117,7 @@ class TorchBackend(SearchBackend):
         kk = oversample(k, layout.min_size - 1)
         _, local = block_search(padded, padded, sq, kk, True, options.memory_budget)
         starts = layout.starts.to(x.device)
-        if layout.equal_blocks:
+        if layout.order is None:  # equal blocks: the rows are already in group order
             flat = (local + starts[:, None, None]).reshape(n, kk)
         else:
             gid = layout.group_ids()
