@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,9 @@ class SavedPopulation:
     model: PopulationActorCritic
 
 
-def load_population(source: str | Path, device: torch.device | str = "cpu") -> SavedPopulation:
+def load_population(
+    source: str | os.PathLike[str], device: torch.device | str = "cpu"
+) -> SavedPopulation:
     """Load the population of a run folder, ``checkpoints/`` folder or checkpoint file.
 
     Raises:

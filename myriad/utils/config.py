@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 
 class ConfigError(ValueError):
@@ -52,7 +53,18 @@ def _compose(name: str, overrides: Sequence[str]) -> dict[str, Any]:
             cfg: DictConfig = hydra_compose(config_name=name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"{exc}\n{group_options_hint()}") from exc
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    resolved = _resolved_mapping(cfg)
+    assert resolved is not None  # hydra composes a mapping
+    return resolved
+
+
+def _resolved_mapping(cfg: DictConfig | ListConfig) -> dict[str, Any] | None:
+    """``cfg`` resolved into plain dicts and lists; None when it is not a mapping.
+
+    OmegaConf types the result as any container; the keys of myriad's configs are strings.
+    """
+    container = OmegaConf.to_container(cfg, resolve=True)
+    return cast("dict[str, Any]", container) if isinstance(container, dict) else None
 
 
 def group_options_hint() -> str:
@@ -74,18 +86,18 @@ def load_run_config(run: str | Path) -> dict[str, Any]:
         cfg_file = candidate / "config.yaml"
         if candidate.is_dir() and cfg_file.is_file():
             try:
-                loaded = OmegaConf.to_container(OmegaConf.load(cfg_file), resolve=True)
+                loaded = _resolved_mapping(OmegaConf.load(cfg_file))
             except (YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as exc:
                 raise ConfigError(
                     f"{cfg_file} is not a readable run config ({str(exc).splitlines()[0]}): "
                     "restore it from the run's checkpoint or start a new run"
                 ) from exc
-            if not isinstance(loaded, dict) or "env" not in loaded:
+            if loaded is None or "env" not in loaded:
                 raise ConfigError(
                     f"{cfg_file} is not a myriad run config (no env section): restore it or "
                     "start a new run"
                 )
-            return loaded  # type: ignore[return-value]
+            return loaded
     raise FileNotFoundError(f"no config.yaml found for run {run}: give a run folder or checkpoint")
 
 
@@ -115,18 +127,19 @@ def resumed_config(
             f"{run} is a run of myriad {other}, not {kind}: resume it with "
             f"myriad {other} --resume {run}{hint}"
         )
-    saved = OmegaConf.create(original)
+    saved: DictConfig | ListConfig = OmegaConf.create(original)
     if overrides:
         try:
             saved = OmegaConf.merge(saved, OmegaConf.from_dotlist(list(overrides)))
         except OmegaConfBaseException as exc:
             raise ConfigError(f"cannot apply {list(overrides)}: {exc}") from exc
-    cfg: dict[str, Any] = OmegaConf.to_container(saved, resolve=True)  # type: ignore[assignment]
+    cfg = _resolved_mapping(saved)
+    assert cfg is not None  # a mapping merged with dotted overrides stays a mapping
     check_config(cfg, original)
     return cfg
 
 
-def run_folder(path: str | Path) -> Path:
+def run_folder(path: str | os.PathLike[str]) -> Path:
     """The run folder holding ``path`` (a run folder, its ``checkpoints/`` or a checkpoint)."""
     path = Path(path)
     while path != path.parent and not (path / "config.yaml").is_file():

@@ -126,6 +126,9 @@ class NavPainter(Painter):
         self._brush = _disc(max(1.0, 0.09 * px))
 
     def capture(self, env: VecEnv) -> torch.Tensor:
+        from myriad.envs.nav import PointNavEnv
+
+        assert isinstance(env, PointNavEnv)  # make_painter builds this painter for nav envs only
         return env.pos.clone()
 
     def _pixel(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

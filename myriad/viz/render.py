@@ -37,6 +37,7 @@ class RenderResult:
         fps: playback rate.
         still: a frame of the grid video ``[H, W, 3]`` (halfway through the first episodes).
         recording: the recorded episodes (states, features, returns).
+        sizes: video path -> ``(H, W)`` of its frames (None for a video without frames).
     """
 
     grid: Path
@@ -45,7 +46,7 @@ class RenderResult:
     fps: float
     still: np.ndarray
     recording: Recording
-    sizes: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    sizes: dict[Path, tuple[int, int] | None] = field(default_factory=dict)
 
 
 def member_colors(num_members: int) -> list[tuple[float, ...]]:
@@ -176,6 +177,7 @@ def _write_videos(
     finally:
         paths = {m: w.close() for m, w in writers.items()}
         grid_writer.close()
+    assert still is not None  # episodes >= 1, and the first one has its middle frame
     counts = {grid_path: grid_writer.frames, **{paths[m]: w.frames for m, w in writers.items()}}
     sizes = {grid_path: grid_writer.size, **{paths[m]: w.size for m, w in writers.items()}}
     return RenderResult(grid_path, paths, counts, painter.fps, still, rec, sizes)

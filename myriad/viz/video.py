@@ -129,7 +129,8 @@ def _label_patch(text: str, color: Sequence[float] | None, height: int) -> tuple
     except TypeError:  # Pillow without FreeType sizes
         font = ImageFont.load_default()
     probe = ImageDraw.Draw(Image.new("L", (1, 1)))
-    left, top, right, bottom = probe.textbbox((0, 0), text, font=font)
+    # Pillow types the box as floats; FreeType and bitmap fonts measure whole pixels.
+    left, top, right, bottom = (int(v) for v in probe.textbbox((0, 0), text, font=font))
     pad = max(2, height // 4)
     swatch = height if color is not None else 0
     w = right - left + 2 * pad + (swatch + pad if swatch else 0)
@@ -138,7 +139,7 @@ def _label_patch(text: str, color: Sequence[float] | None, height: int) -> tuple
     alpha = Image.new("L", (w, h), int(255 * _LABEL_ALPHA))
     draw = ImageDraw.Draw(image)
     x = pad
-    if swatch:
+    if swatch and color is not None:
         rgb = tuple(round(255 * float(c)) for c in color[:3])
         draw.rectangle((x, pad, x + swatch - 1, pad + swatch - 1), fill=rgb)
         x += swatch + pad
