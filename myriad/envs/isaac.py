@@ -134,6 +134,10 @@ class IsaacLabVecEnv(_IsaacAdapter):
         validate: check actions on every step.
     """
 
+    # The simulation app launched by make_isaaclab_env, held as long as the env (unset for an
+    # env the user built and launched).
+    app: Any
+
     def __init__(
         self,
         env: Any,

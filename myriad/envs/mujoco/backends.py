@@ -171,7 +171,7 @@ class _Block:
 
     def reset(self) -> None:
         m, a = self.model, self.arrays
-        for k in np.flatnonzero(a["reset_mask"][self.lo : self.hi]):
+        for k in np.flatnonzero(a["reset_mask"][self.lo : self.hi]).tolist():
             d, i = self.datas[k], self.lo + k
             mujoco.mj_resetData(m, d)
             d.qpos[:] = a["reset_qpos"][i]
@@ -245,6 +245,8 @@ class CpuBackend(PhysicsBackend):
         )
         self._conns: list = []
         self._procs: list = []
+        # The block of all envs when they step in this process; None with worker processes.
+        self._block: _Block | None
         if self.num_workers == 0:
             self._arrays = {k: np.zeros(shape) for k, shape in shapes.items()}
             self._block = _Block(model, 0, E, self.frame_skip, self.fields, self._arrays)
@@ -259,7 +261,7 @@ class CpuBackend(PhysicsBackend):
 
     def _start_workers(self, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
         methods = mp.get_all_start_methods()
-        ctx = mp.get_context("fork" if "fork" in methods else "spawn")
+        ctx = mp.get_context("fork") if "fork" in methods else mp.get_context("spawn")
         raw = {k: ctx.RawArray("d", int(np.prod(shape))) for k, shape in shapes.items()}
         arrays = {k: np.frombuffer(raw[k], dtype=np.float64).reshape(s) for k, s in shapes.items()}
         self._bounds = [
