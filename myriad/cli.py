@@ -17,6 +17,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from myriad.utils.commandline import ArgumentParser
 
@@ -36,7 +37,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         return _check_envs(args)
     from myriad.bench.common import print_table
 
-    rows = []
+    rows: list[list[Any]] = []
     for name in names():
         e = entry(name)
         try:

@@ -35,6 +35,7 @@ import traceback
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -203,8 +204,8 @@ def junit_counts(path: Path) -> dict[str, Any]:
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         if case.find("failure") is not None or case.find("error") is not None:
             failures.append(name)
-        elif case.find("skipped") is not None:
-            skipped.append(f"{name}: {case.find('skipped').get('message', '')}")
+        elif (skip := case.find("skipped")) is not None:
+            skipped.append(f"{name}: {skip.get('message', '')}")
         else:
             passed += 1
     return {
@@ -343,7 +344,7 @@ def stage_knn(check: Check) -> dict[str, Any]:
         for dim in s.knn_dims:
             points = torch.randn(n, dim, generator=gen)
             on_device = points.to(check.device)
-            found, seconds = _timed(check, lambda x=on_device: knn(x, s.knn_k, backend="faiss"))
+            found, seconds = _timed(check, partial(knn, on_device, s.knn_k, backend="faiss"))
             queries = min(n, s.knn_reference_queries)
             start = time.perf_counter()
             # The reference set includes each query itself: ask for k + 1 and drop it by index.
@@ -412,7 +413,7 @@ def steps_per_second(check: Check, env: Any, seconds: float) -> float:
         env.step(bank[i % 4])
     steps, elapsed = 0, 0.0
     while elapsed < seconds or steps < 3:
-        _, dt = _timed(check, lambda i=steps: env.step(bank[i % 4]))
+        _, dt = _timed(check, partial(env.step, bank[steps % 4]))
         steps, elapsed = steps + 1, elapsed + dt
     return env.num_envs * steps / elapsed
 
@@ -420,11 +421,13 @@ def steps_per_second(check: Check, env: Any, seconds: float) -> float:
 def stage_mujoco_warp(check: Check) -> dict[str, Any]:
     """MuJoCo Warp Ant: throughput and agreement with the CPU backend."""
     from myriad.envs import make
+    from myriad.envs.mujoco.base import MujocoVecEnv
 
     s = check.sizes
     runs, failures = [], []
     for worlds in s.mujoco_worlds:
         warp = make("mujoco-ant", worlds, device=check.device, backend="warp", model="gymnasium")
+        assert isinstance(warp, MujocoVecEnv)  # the mujoco-* envs are MujocoVecEnv
         cpu = make("mujoco-ant", worlds, device="cpu", backend="mujoco", model="gymnasium")
         try:
             gap = trajectory_gap(warp, cpu, s.mujoco_agreement_steps)
