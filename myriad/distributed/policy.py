@@ -36,10 +36,15 @@ DistParams = dict[str, torch.Tensor]
 
 
 @runtime_checkable
-class WorkerPolicy(Protocol):
-    """The interface :class:`myriad.distributed.APSCollector` needs from a policy module."""
+class ParamsPolicy(Protocol):
+    """What a worker calls on its policy copy: ``action_params`` (see the module docstring)."""
 
     def action_params(self, obs: torch.Tensor, member: torch.Tensor) -> Any: ...
+
+
+@runtime_checkable
+class WorkerPolicy(ParamsPolicy, Protocol):
+    """The interface :class:`myriad.distributed.APSCollector` needs from a policy module."""
 
     def act(self, obs: torch.Tensor, member: torch.Tensor, *args: Any, **kwargs: Any) -> Any: ...
 

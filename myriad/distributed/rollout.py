@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -32,8 +32,17 @@ from torch import nn
 
 from myriad.distributed.aps import AdaptiveSync, mean_policy_kl
 from myriad.distributed.config import DistributedConfig, load_config
-from myriad.distributed.policy import as_dist_params, dist_kind
+from myriad.distributed.policy import ParamsPolicy, as_dist_params, dist_kind
 from myriad.distributed.remote import RemoteVecEnv, ShardFailure, _ray
+
+
+class Critic(Protocol):
+    """What :meth:`RolloutBatch.fill_storage` needs from the learner's model (a
+    :class:`myriad.nn.PopulationActorCritic`, for instance)."""
+
+    def value(self, obs: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
+        """Each row's member's value estimate, ``[N]``."""
+        ...
 
 
 @dataclass
@@ -92,7 +101,7 @@ class RolloutBatch:
         return int(self.obs.shape[1])
 
     @torch.no_grad()
-    def fill_storage(self, storage: Any, model: nn.Module) -> None:
+    def fill_storage(self, storage: Any, model: Critic) -> None:
         """Write this batch into a :class:`myriad.rl.RolloutStorage` for PPO.
 
         Log-probabilities and distribution parameters are the workers' (behaviour) ones;
@@ -400,14 +409,15 @@ class APSCollector:
             ``{worker: D_w}`` for every worker that has delivered a batch.
         """
         self.version += 1
-        env = self.env
+        env, policy = self.env, self.policy
+        assert isinstance(policy, ParamsPolicy)  # __init__ refused a policy without it
         kls: dict[int, float] = {}
         acks: list[tuple[int, Any]] = []
         for w, probe in enumerate(self._probe):
             if probe is None:
                 continue
             obs, member, behaviour = probe
-            current = as_dist_params(self.policy.action_params(obs, member))
+            current = as_dist_params(policy.action_params(obs, member))
             if dist_kind(current) != dist_kind(behaviour):
                 raise TypeError("the policy changed between Gaussian and categorical")
             kl = mean_policy_kl(behaviour, current)

@@ -21,6 +21,7 @@ from torch import nn
 
 from myriad.distributed.policy import (
     CATEGORICAL,
+    ParamsPolicy,
     as_dist_params,
     dist_kind,
     dist_log_prob,
@@ -207,17 +208,22 @@ class EnvWorker:
             and ``next_features [n, p]`` of the states after the last step, ``version`` of the
             policy that acted, and ``counters``.
         """
-        self._require_reset()
-        if self.policy is None or self.member is None:
+        obs = self._require_reset()
+        policy, member = self.policy, self.member
+        if policy is None or member is None:
             if _reconstructed():
                 raise WorkerStateLost(f"shard {self.shard}: restarted, policy not installed yet")
             raise RuntimeError(f"shard {self.shard}: rollout before set_policy")
+        if not isinstance(policy, ParamsPolicy):
+            raise TypeError(
+                f"shard {self.shard}: {type(policy).__name__} has no action_params(obs, member) "
+                "(see myriad.distributed.policy)"
+            )
         obs_l, act_l, logp_l, rew_l, term_l, trunc_l = [], [], [], [], [], []
         params_l: dict[str, list[torch.Tensor]] = {}
         info_l: dict[str, list[torch.Tensor]] = {}
         for _ in range(int(horizon)):
-            obs = self._obs
-            params = as_dist_params(self.policy.action_params(obs, self.member))
+            params = as_dist_params(policy.action_params(obs, member))
             actions = dist_sample(params, self.generator)
             log_prob = dist_log_prob(params, actions)
             env_actions = self._env_actions(params, actions)
@@ -236,7 +242,7 @@ class EnvWorker:
             for key, value in info.items():
                 if _per_env(value, self.num_envs):
                     info_l.setdefault(key, []).append(value.clone())
-            self._obs = next_obs
+            self._obs = obs = next_obs
         self.rollouts += 1
 
         def stack(xs: list[torch.Tensor]) -> np.ndarray:
@@ -251,7 +257,7 @@ class EnvWorker:
             "terminated": stack(term_l),
             "truncated": stack(trunc_l),
             "info": {k: stack(v) for k, v in info_l.items()},
-            "next_obs": to_numpy(self._obs),
+            "next_obs": to_numpy(obs),
             "next_features": to_numpy(self.env.current_features()),
             "version": self.version,
             "counters": self.counters(),
@@ -267,11 +273,13 @@ class EnvWorker:
             )
         return self.action_table[actions]
 
-    def _require_reset(self) -> None:
+    def _require_reset(self) -> torch.Tensor:
+        """The observations ``[n, O]`` of the current states; raises before the first reset."""
         if self._obs is None:
             if _reconstructed():
                 raise WorkerStateLost(f"shard {self.shard}: restarted, not reset yet")
             raise RuntimeError(f"shard {self.shard}: call reset(seed) before stepping")
+        return self._obs
 
     def close(self) -> None:
         self.env.close()
