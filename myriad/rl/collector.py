@@ -127,8 +127,9 @@ def env_state_dict(env: VecEnv) -> dict[str, Any]:
     :class:`~myriad.envs.base.TensorVecEnv` subclasses do); envs holding state elsewhere should
     define ``state_dict`` / ``load_state_dict``.
     """
-    if callable(getattr(env, "state_dict", None)):
-        return {"state_dict": env.state_dict()}
+    state_dict = getattr(env, "state_dict", None)
+    if callable(state_dict):
+        return {"state_dict": state_dict()}
     tensors = {k: v.detach().cpu().clone() for k, v in vars(env).items() if torch.is_tensor(v)}
     state: dict[str, Any] = {"tensors": tensors}
     episode = getattr(env, "episode", None)
@@ -160,8 +161,9 @@ def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> None:
         else:
             device = current.device if torch.is_tensor(current) else env.device
             setattr(env, name, value.to(device))
-    if episode is not None and isinstance(getattr(env, "episode", None), EpisodeStats):
-        env.episode.load_state_dict(episode)  # type: ignore[attr-defined]
+    stats = getattr(env, "episode", None)
+    if episode is not None and isinstance(stats, EpisodeStats):
+        stats.load_state_dict(episode)
     if "generator" in state:
         env.generator.set_state(state["generator"])  # type: ignore[attr-defined]
 
@@ -236,9 +238,7 @@ class RolloutCollector:
     @torch.no_grad()
     def collect(self, storage: RolloutStorage) -> None:
         """Fill ``storage`` with ``storage.num_steps`` steps and the bootstrap ``last_values``."""
-        if self.obs is None:
-            self.reset()
-        obs = self.obs
+        obs = self.reset() if self.obs is None else self.obs
         model, member, blocked, env = self.model, self.member, self.blocked, self.env
         storage.clear()
         for _ in range(storage.num_steps):
