@@ -127,7 +127,7 @@ def build_algorithm(
     usable, message = entry.members
     if not usable(model.num_members):
         raise ConfigError(message.format(name=name, m=model.num_members))
-    settings = tuple(
+    settings: tuple[Any, ...] = tuple(
         from_config(cls, {k: v for k, v in algo.items() if k in field_names(cls)}, "algo")
         for cls in entry.settings
     )

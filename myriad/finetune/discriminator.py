@@ -174,7 +174,10 @@ class AdversarialReward:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        state = {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state: dict[str, Any] = {
+            "net": self.net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
         if self.generator is not None:
             state["generator"] = self.generator.get_state()
         return state

@@ -117,7 +117,7 @@ class Decision(NamedTuple):
 
 
 def exploit_explore(
-    objective: torch.Tensor | Sequence[float],
+    objective: torch.Tensor | np.ndarray | Sequence[float],
     hyperparameters: torch.Tensor,
     generator: torch.Generator,
     fraction: float = 0.25,

@@ -236,7 +236,12 @@ class SAPG(FinetuneAlgorithm):
         """PPO's loss on every member's own rows; with ``schedule_kl="leader"`` the KL that
         drives the learning rate is measured on the leader's rows."""
         loss, stats = super().ppo_loss(batch, evaluation)
-        if self.sapg.schedule_kl == "leader" and batch.means is not None:
+        # The storage keeps the behaviour means and log-stds together, or neither.
+        if (
+            self.sapg.schedule_kl == "leader"
+            and batch.means is not None
+            and batch.log_stds is not None
+        ):
             rows = leader_rows(batch, self.leader)
             with torch.no_grad():
                 kl = gaussian_kl(
