@@ -96,7 +96,7 @@ PRETRAIN_OVERRIDES = [
     (["no_such_key=1"], "no_such_key"),
     (["dataset.path=/tmp/elsewhere.hdf5"], "inside the run folder"),
     (["dataset.path=../../escape.hdf5"], "inside the run folder"),
-    (["num_envs=33"], "does not split into 2 equal blocks"),
+    (["num_envs=33"], "does not split into population.size=2 equal blocks"),
 ]
 
 
