@@ -32,7 +32,9 @@ demo: $(STAMP)
 	$(BIN)/myriad pretrain
 
 # lint-imports checks that the packages' layers point one way (the contract in pyproject.toml).
+# The video tests render MuJoCo frames headless: Mesa's EGL is installed first when absent.
 test: $(STAMP)
+	bash scripts/ensure-headless-gl.sh
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n 2 -q tests
