@@ -11,8 +11,8 @@ from typing import Any
 from myriad.finetune.algorithms import check_algorithm
 from myriad.finetune.init import init_config
 from myriad.nn.population import check_population
-from myriad.rl.runner import build_runner, run_to_completion, set_torch_threads
-from myriad.utils.config import ConfigError, compose, output_folder, resumed_config
+from myriad.rl.runner import train_in_folder
+from myriad.utils.config import ConfigError, compose, resumed_config
 from myriad.utils.logging import print_report
 
 
@@ -94,12 +94,16 @@ def finetune(
         )
     cfg = resolve_config(algo, overrides, init, resume)
     check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
-    name = f"{cfg['algo']['name']}-{cfg['env']['name']}"
-    folder = output_folder("finetune", name, cfg, resume, run_dir, overwrite)
-    set_torch_threads(cfg)
-    runner = build_runner(lambda f: FinetuneRunner(cfg, f), folder, new_run=resume is None)
-    start = (lambda r: r.initialise(cfg["init"]["source"])) if init is not None else None
-    summary = run_to_completion(runner, int(cfg["iterations"]), resume, start)
+    summary, folder = train_in_folder(
+        "finetune",
+        f"{cfg['algo']['name']}-{cfg['env']['name']}",
+        cfg,
+        FinetuneRunner,
+        resume=resume,
+        run_dir=run_dir,
+        overwrite=overwrite,
+        start=(lambda r: r.initialise(cfg["init"]["source"])) if init is not None else None,
+    )
     if not quiet:
         report(summary, folder)
     return summary

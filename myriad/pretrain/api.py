@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from myriad.rl.runner import build_runner, run_to_completion, set_torch_threads
-from myriad.utils.config import compose, output_folder, resumed_config
+from myriad.rl.runner import train_in_folder
+from myriad.utils.config import compose, resumed_config
 from myriad.utils.logging import print_report
 
 #: The package that runs pretraining on the ranks of a ``torchrun`` launch. It sits above
@@ -63,10 +63,15 @@ def pretrain(
             raise RuntimeError(f"{RANKS_MODULE} did not install a rank launcher")
         return _rank_launcher(overrides, resume, run_dir, quiet, overwrite)
     cfg = resolve_config(overrides, resume)
-    folder = output_folder("pretrain", str(cfg["env"]["name"]), cfg, resume, run_dir, overwrite)
-    set_torch_threads(cfg)
-    runner = build_runner(lambda f: PretrainRunner(cfg, f), folder, new_run=resume is None)
-    summary = run_to_completion(runner, int(cfg["iterations"]), resume)
+    summary, folder = train_in_folder(
+        "pretrain",
+        str(cfg["env"]["name"]),
+        cfg,
+        PretrainRunner,
+        resume=resume,
+        run_dir=run_dir,
+        overwrite=overwrite,
+    )
     if not quiet:
         report(summary, folder)
     return summary

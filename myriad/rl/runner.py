@@ -38,7 +38,7 @@ from myriad.utils.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from myriad.utils.config import release_folder
+from myriad.utils.config import output_folder, release_folder
 from myriad.utils.faults import fault_point
 from myriad.utils.logging import ScalarLogger, to_float
 
@@ -332,6 +332,26 @@ def build_runner(
         if new_run:
             release_folder(folder)
         raise
+
+
+def train_in_folder(
+    kind: str,
+    name: str,
+    cfg: Mapping[str, Any],
+    factory: Callable[[Mapping[str, Any], Path], RunnerBase],
+    *,
+    resume: str | os.PathLike[str] | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    start: Callable[[Any], Any] | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """A whole run of one process: claim its folder (:func:`output_folder`), build the runner
+    with ``factory(cfg, folder)``, train until ``cfg["iterations"]`` and finish. Returns the
+    summary and the folder."""
+    folder = output_folder(kind, name, cfg, resume, run_dir, overwrite)
+    set_torch_threads(cfg)
+    runner = build_runner(lambda f: factory(cfg, f), folder, new_run=resume is None)
+    return run_to_completion(runner, int(cfg["iterations"]), resume, start), folder
 
 
 def run_to_completion(
