@@ -13,18 +13,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from myriad.utils.checkpoint import flatten_config
 from myriad.utils.config import ConfigError
-
-
-def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(_flatten(value, f"{name}."))
-        else:
-            out[name] = value
-    return out
 
 
 def _kind(value: Any) -> str | None:
@@ -70,8 +60,8 @@ def check_types(config: Mapping[str, Any], reference: Mapping[str, Any]) -> None
     Raises:
         ConfigError: naming the key, the value given, the type wanted and the default.
     """
-    given = _flatten(config)
-    for key, default in _flatten(reference).items():
+    given = flatten_config(config)
+    for key, default in flatten_config(reference).items():
         kind = _kind(default)
         if kind is None or key not in given:
             continue
@@ -137,7 +127,7 @@ RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 
 def check_ranges(config: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` for the first key of :data:`RANGES` out of its range."""
-    flat = _flatten(config)
+    flat = flatten_config(config)
     for pattern, ok, wanted in RANGES:
         for key in fnmatch.filter(flat, pattern):
             value = flat[key]
