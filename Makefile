@@ -39,10 +39,12 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -n 2 -q tests
 
+# mypy type-checks the package with the settings in pyproject.toml ([tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/myriad bench envs

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from myriad.datasets.formats import DatasetReader, open_reader
-from myriad.datasets.hdf5 import CORE_KEYS
+from myriad.datasets.hdf5 import CORE_KEYS, HDF5Reader
 from myriad.datasets.schema import (
     CHUNK_ROWS,
     DatasetSpec,
@@ -314,7 +314,8 @@ def _layout_problems(reader: DatasetReader) -> list[str]:
     if reader.format == "hdf5":
         import h5py
 
-        f = reader.file  # type: ignore[attr-defined]
+        assert isinstance(reader, HDF5Reader)  # the reader of format "hdf5"
+        f = reader.file
         f.visititems(
             lambda k, v: lengths.__setitem__(k, v.shape[0]) if isinstance(v, h5py.Dataset) else None
         )
@@ -323,7 +324,10 @@ def _layout_problems(reader: DatasetReader) -> list[str]:
         if missing:
             return [f"missing datasets {missing}"]
     elif reader.format == "zarr":
-        lengths = {f"data/{k}": int(a.shape[0]) for k, a in reader.arrays.items()}  # type: ignore[attr-defined]
+        from myriad.datasets.zarr_store import ZarrReader
+
+        assert isinstance(reader, ZarrReader)  # the reader of format "zarr"
+        lengths = {f"data/{k}": int(a.shape[0]) for k, a in reader.arrays.items()}
     if len(set(lengths.values())) > 1:
         n = reader.num_rows
         return [f"{k} has {v} rows, observations {n}" for k, v in lengths.items() if v != n]

@@ -198,11 +198,12 @@ class DatasetRecorder:
                 f"{self.path}, but {found}: restore the dataset file, or start a new run"
             )
         if later:
+            assert published is not None  # a later publication is a published file
             self._discard_staging()
-            if published[1] == iteration:  # type: ignore[index]
+            if published[1] == iteration:
                 # Killed after publishing, before the final checkpoint replaced this one: the
                 # file already holds the staged rows and the cut episodes.
-                self.base_rows = published[0]  # type: ignore[index]
+                self.base_rows = published[0]
                 return
             self.base_rows = expected
             self.writer = self._open_writer(resume_rows=None)

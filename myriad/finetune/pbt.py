@@ -196,7 +196,7 @@ class MemberScaledAdam(torch.optim.Adam):
         self.member_scale = torch.ones(num_members, device=self.member_params[0].device)
 
     @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+    def step(self, closure: Any = None) -> Any:
         before = [p.detach().clone() for p in self.member_params]
         loss = super().step(closure)
         for p, old in zip(self.member_params, before):
@@ -217,6 +217,8 @@ class PBT(FinetuneAlgorithm):
         generator: minibatch shuffling.
         pbt_generator: the draws of initial values and of exploit/explore rounds (CPU).
     """
+
+    optimizer: MemberScaledAdam
 
     def __init__(
         self,
@@ -256,7 +258,7 @@ class PBT(FinetuneAlgorithm):
     def apply_hyperparameters(self) -> None:
         """Push :attr:`hyperparameters` ``[M, H]`` into the optimiser, entropy and clip."""
         hp = self.hyperparameters.to(self.clip.device)
-        self.optimizer.member_scale.copy_(hp[:, 0])  # type: ignore[attr-defined]
+        self.optimizer.member_scale.copy_(hp[:, 0])
         self.set_entropy_coef(hp[:, 1])
         self.clip.copy_(hp[:, 2])
 

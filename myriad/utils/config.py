@@ -151,8 +151,8 @@ def output_folder(
     kind: str,
     name: str,
     cfg: Mapping[str, Any],
-    resume: str | Path | None = None,
-    run_dir: str | Path | None = None,
+    resume: str | os.PathLike[str] | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
 ) -> Path:
     """Claim the folder a run writes to: the resumed run's folder, else ``run_dir`` (argument,

@@ -32,9 +32,9 @@ class KDTreeBackend(SearchBackend):
 
         ref = r.detach().to("cpu", torch.float64).numpy()
         qry = ref if q is r else q.detach().to("cpu", torch.float64).numpy()
-        dist, idx = cKDTree(ref).query(qry, k=kk, workers=-1)
-        dist = np.asarray(dist, dtype=np.float32).reshape(len(qry), kk)
-        idx = np.asarray(idx, dtype=np.int64).reshape(len(qry), kk)
+        found_d, found_i = cKDTree(ref).query(qry, k=kk, workers=-1)
+        dist = np.asarray(found_d, dtype=np.float32).reshape(len(qry), kk)
+        idx = np.asarray(found_i, dtype=np.int64).reshape(len(qry), kk)
         return torch.from_numpy(dist).to(q.device), torch.from_numpy(idx).to(q.device)
 
     def grouped(
@@ -57,15 +57,15 @@ class KDTreeBackend(SearchBackend):
             for s, m in zip(layout.starts.tolist(), layout.sizes.tolist()):
                 block = pts[s : s + m]
                 d, i = cKDTree(block).query(block, k=k + 1, workers=-1)
-                dist[s : s + m] = d.reshape(m, k + 1)
-                idx[s : s + m] = i.reshape(m, k + 1) + s
+                dist[s : s + m] = np.asarray(d).reshape(m, k + 1)
+                idx[s : s + m] = np.asarray(i).reshape(m, k + 1) + s
         else:
             span = float(np.linalg.norm(pts.max(axis=0) - pts.min(axis=0)))
             gid = np.repeat(np.arange(layout.num_groups), layout.sizes.numpy())
             aug = np.concatenate([pts, (gid * (2.0 * span + 1.0))[:, None]], axis=1)
             d, i = cKDTree(aug).query(aug, k=k + 1, workers=-1)
-            dist = d.astype(np.float32).reshape(n, k + 1)
-            idx = i.astype(np.int64).reshape(n, k + 1)
+            dist = np.asarray(d, dtype=np.float32).reshape(n, k + 1)
+            idx = np.asarray(i, dtype=np.int64).reshape(n, k + 1)
         # Rows are in group-sorted order here, so row j's own index is j.
         d_t, i_t = drop_self(torch.from_numpy(dist), torch.from_numpy(idx), torch.arange(n))
         return layout.unsort(d_t.to(x.device), i_t.to(x.device))
