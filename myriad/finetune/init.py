@@ -22,6 +22,7 @@ must match exactly, or :class:`InitError` lists every difference.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -166,7 +167,7 @@ class InitReport:
 @torch.no_grad()
 def initialise(
     model: PopulationActorCritic,
-    source: str | Path,
+    source: str | os.PathLike[str],
     make_env: Callable[[int], VecEnv],
     *,
     episodes: int = 16,
