@@ -206,11 +206,14 @@ class PopulationNet(nn.Module, abc.ABC):
     """A population of M functions ``R^in -> R^out`` evaluated together.
 
     Subclasses implement the four evaluation modes; :meth:`member_parameters` lists the
-    parameters whose leading dimension is the member (the rest are shared by all members).
+    parameters whose leading dimension is the member (the rest are shared by all members). They
+    are built from ``sizes = [in, *hidden, out]``, the widths of their layers.
     """
 
-    num_members: int
-    out_features: int
+    def __init__(self, num_members: int, out_features: int) -> None:
+        super().__init__()
+        self.num_members = num_members
+        self.out_features = out_features
 
     @abc.abstractmethod
     def blocked(self, x: torch.Tensor) -> torch.Tensor:
@@ -237,20 +240,11 @@ class SharedTrunkNet(PopulationNet):
     """Shared MLP trunk, then one linear head per member."""
 
     def __init__(
-        self,
-        num_members: int,
-        in_features: int,
-        hidden: Sequence[int],
-        out_features: int,
-        activation: str,
-        out_gain: float,
+        self, num_members: int, sizes: Sequence[int], activation: str, out_gain: float
     ) -> None:
-        super().__init__()
-        self.num_members = num_members
-        self.out_features = out_features
-        self.trunk = _mlp([in_features, *hidden], activation, out_gain=None)
-        width = hidden[-1] if hidden else in_features
-        self.head = PopulationLinear(num_members, width, out_features, out_gain)
+        super().__init__(num_members, sizes[-1])
+        self.trunk = _mlp(sizes[:-1], activation, out_gain=None)
+        self.head = PopulationLinear(num_members, sizes[-2], sizes[-1], out_gain)
 
     def blocked(self, x: torch.Tensor) -> torch.Tensor:
         h = self.trunk(x)
@@ -279,18 +273,14 @@ class EmbeddingNet(PopulationNet):
     def __init__(
         self,
         num_members: int,
-        in_features: int,
-        hidden: Sequence[int],
-        out_features: int,
+        sizes: Sequence[int],
         activation: str,
         out_gain: float,
         embedding_dim: int,
     ) -> None:
-        super().__init__()
-        self.num_members = num_members
-        self.out_features = out_features
+        super().__init__(num_members, sizes[-1])
         self.embedding = nn.Parameter(torch.randn(num_members, embedding_dim))
-        self.net = _mlp([in_features + embedding_dim, *hidden, out_features], activation, out_gain)
+        self.net = _mlp([sizes[0] + embedding_dim, *sizes[1:]], activation, out_gain)
 
     def _run(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([x, emb], dim=-1))
@@ -320,18 +310,9 @@ class IndependentNet(PopulationNet):
     """M independent MLPs with batched weights ``[M, in, out]`` per layer."""
 
     def __init__(
-        self,
-        num_members: int,
-        in_features: int,
-        hidden: Sequence[int],
-        out_features: int,
-        activation: str,
-        out_gain: float,
+        self, num_members: int, sizes: Sequence[int], activation: str, out_gain: float
     ) -> None:
-        super().__init__()
-        self.num_members = num_members
-        self.out_features = out_features
-        sizes = [in_features, *hidden, out_features]
+        super().__init__(num_members, sizes[-1])
         self.layers = nn.ModuleList(
             PopulationLinear(num_members, a, b, out_gain if i == len(sizes) - 2 else HIDDEN_GAIN)
             for i, (a, b) in enumerate(itertools.pairwise(sizes))
@@ -459,12 +440,12 @@ class Evaluation(NamedTuple):
 def _build_net(
     cfg: PopulationConfig, hidden: tuple[int, ...], out: int, gain: float
 ) -> PopulationNet:
-    m, o, act = cfg.size, cfg.obs_dim, cfg.activation
+    m, sizes, act = cfg.size, (cfg.obs_dim, *hidden, out), cfg.activation
     if cfg.parameterization == "shared_trunk":
-        return SharedTrunkNet(m, o, hidden, out, act, gain)
+        return SharedTrunkNet(m, sizes, act, gain)
     if cfg.parameterization == "embedding":
-        return EmbeddingNet(m, o, hidden, out, act, gain, cfg.embedding_dim)
-    return IndependentNet(m, o, hidden, out, act, gain)
+        return EmbeddingNet(m, sizes, act, gain, cfg.embedding_dim)
+    return IndependentNet(m, sizes, act, gain)
 
 
 class PopulationActorCritic(nn.Module):
