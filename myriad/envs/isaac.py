@@ -29,6 +29,7 @@ Isaac Lab or Isaac Gym installations.
 
 from __future__ import annotations
 
+import abc
 import importlib
 from collections.abc import Sequence
 from typing import Any
@@ -49,24 +50,30 @@ def _import(module: str, what: str, how: str) -> Any:
 
 
 class _IsaacAdapter(VecEnv):
-    """Shared parts: spaces, features, action validation, episode statistics."""
+    """Shared parts: the constructor (arguments in :class:`IsaacLabVecEnv`), spaces, features,
+    the policy's observations, action validation, episode statistics. Subclasses read the sizes
+    their framework declares (:meth:`_sizes`).
+    """
+
+    #: The observation group that the framework feeds to the policy.
+    default_obs_key: str
 
     def __init__(
         self,
         env: Any,
-        obs_dim: int,
-        action_dim: int,
-        max_episode_steps: int,
-        feature_indices: Sequence[int],
-        feature_low: Sequence[float] | float,
-        feature_high: Sequence[float] | float,
-        feature_names: Sequence[str] | None,
-        validate: bool,
+        feature_indices: Sequence[int] = (0, 1),
+        feature_low: Sequence[float] | float = -10.0,
+        feature_high: Sequence[float] | float = 10.0,
+        feature_names: Sequence[str] | None = None,
+        obs_key: str | None = None,
+        validate: bool = True,
     ):
         self.env = env
+        self.obs_key = self.default_obs_key if obs_key is None else obs_key
+        obs_dim, action_dim = self._sizes(env)
         self.num_envs = int(env.num_envs)
         self.device = torch.device(env.device)
-        self.max_episode_steps = int(max_episode_steps)
+        self.max_episode_steps = int(env.max_episode_length)
         self.validate = validate
         self.single_observation_space = gym.spaces.Box(
             -np.inf, np.inf, (int(obs_dim),), dtype=np.float32
@@ -84,6 +91,13 @@ class _IsaacAdapter(VecEnv):
         self._feature_low, self._feature_high = self.features.bounds(self.device)
         self._obs = torch.zeros(self.num_envs, obs_dim, device=self.device)
         self.episode = EpisodeStats(self.num_envs, self.device)
+
+    @abc.abstractmethod
+    def _sizes(self, env: Any) -> tuple[int, int]:
+        """The policy's observation size (of group :attr:`obs_key`) and the action size."""
+
+    def _policy_obs(self, obs_dict: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obs_dict[self.obs_key].reshape(self.num_envs, -1).float()
 
     def _feats(self, obs: torch.Tensor) -> torch.Tensor:
         f = obs.index_select(1, self._feature_index)
@@ -130,42 +144,18 @@ class IsaacLabVecEnv(_IsaacAdapter):
         feature_indices: observation dims used as entropy features (default: the first two).
         feature_low, feature_high: their bounds (scalars broadcast); features are clipped.
         feature_names: names of the features (default ``obs[i]``).
-        obs_key: the observation group fed to the policy.
+        obs_key: the observation group fed to the policy (default ``"policy"``).
         validate: check actions on every step.
     """
 
+    default_obs_key = "policy"
     # The simulation app launched by make_isaaclab_env, held as long as the env (unset for an
     # env the user built and launched).
     app: Any
 
-    def __init__(
-        self,
-        env: Any,
-        feature_indices: Sequence[int] = (0, 1),
-        feature_low: Sequence[float] | float = -10.0,
-        feature_high: Sequence[float] | float = 10.0,
-        feature_names: Sequence[str] | None = None,
-        obs_key: str = "policy",
-        validate: bool = True,
-    ):
-        self.obs_key = obs_key
-        space = env.single_observation_space[obs_key]
-        obs_dim = int(np.prod(space.shape))
-        action_dim = int(np.prod(env.single_action_space.shape))
-        super().__init__(
-            env,
-            obs_dim,
-            action_dim,
-            env.max_episode_length,
-            feature_indices,
-            feature_low,
-            feature_high,
-            feature_names,
-            validate,
-        )
-
-    def _policy_obs(self, obs_dict: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obs_dict[self.obs_key].reshape(self.num_envs, -1).float()
+    def _sizes(self, env: Any) -> tuple[int, int]:
+        space = env.single_observation_space[self.obs_key]
+        return int(np.prod(space.shape)), int(np.prod(env.single_action_space.shape))
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         obs_dict, _ = self.env.reset(seed=seed)
@@ -188,34 +178,13 @@ class IsaacLabVecEnv(_IsaacAdapter):
 class IsaacGymVecEnv(_IsaacAdapter):
     """An IsaacGymEnvs ``VecTask`` as a myriad VecEnv (see the module docstring on resets).
 
-    Args: as :class:`IsaacLabVecEnv`; ``obs_key`` defaults to ``"obs"``.
+    Args: as :class:`IsaacLabVecEnv`; ``env`` is the task, ``obs_key`` defaults to ``"obs"``.
     """
 
-    def __init__(
-        self,
-        task: Any,
-        feature_indices: Sequence[int] = (0, 1),
-        feature_low: Sequence[float] | float = -10.0,
-        feature_high: Sequence[float] | float = 10.0,
-        feature_names: Sequence[str] | None = None,
-        obs_key: str = "obs",
-        validate: bool = True,
-    ):
-        self.obs_key = obs_key
-        super().__init__(
-            task,
-            int(task.num_obs),
-            int(task.num_actions),
-            task.max_episode_length,
-            feature_indices,
-            feature_low,
-            feature_high,
-            feature_names,
-            validate,
-        )
+    default_obs_key = "obs"
 
-    def _policy_obs(self, obs_dict: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obs_dict[self.obs_key].reshape(self.num_envs, -1).float()
+    def _sizes(self, env: Any) -> tuple[int, int]:
+        return int(env.num_obs), int(env.num_actions)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is not None and hasattr(self.env, "seed"):
