@@ -65,6 +65,9 @@ class PhysicsBackend(abc.ABC):
         fields: the fields tasks read (``qpos`` and ``qvel`` always).
     """
 
+    # The fields and ``time`` as tensors ``[E, ...]`` on ``device``, kept current by subclasses.
+    _views: dict[str, torch.Tensor]
+
     def __init__(
         self,
         model: mujoco.MjModel,
@@ -81,14 +84,14 @@ class PhysicsBackend(abc.ABC):
         self.dtype = dtype
         self.fields = _check_fields(fields)
 
-    @abc.abstractmethod
     def field(self, name: str) -> torch.Tensor:
         """The current value of ``name`` for every env, ``[E, *shape]`` (e.g. ``xpos [E, nbody,
         3]``). Read-only for callers; valid until the next :meth:`step` or :meth:`reset_envs`."""
+        return self._views[name]
 
-    @abc.abstractmethod
     def time(self) -> torch.Tensor:
         """Simulation time of every env, ``[E]``."""
+        return self._views["time"]
 
     def diverged(self) -> torch.Tensor:
         """``[E]`` bool: the engine met a non-finite state during the last :meth:`step` and
@@ -307,12 +310,6 @@ class CpuBackend(PhysicsBackend):
         else:
             self._views = {k: v.to(self.device) for k, v in self._tensors.items()}
 
-    def field(self, name: str) -> torch.Tensor:
-        return self._views[name]
-
-    def time(self) -> torch.Tensor:
-        return self._views["time"]
-
     def diverged(self) -> torch.Tensor:
         return self._views["diverged"] > 0
 
@@ -448,12 +445,6 @@ class WarpBackend(PhysicsBackend):
                     wp.capture_launch(self._graphs[name])
                     return
             fn()
-
-    def field(self, name: str) -> torch.Tensor:
-        return self._views[name]
-
-    def time(self) -> torch.Tensor:
-        return self._views["time"]
 
     def step(self, ctrl: torch.Tensor) -> None:
         self._ctrl.copy_(ctrl)
