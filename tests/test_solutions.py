@@ -108,8 +108,8 @@ def routes() -> list[torch.Tensor]:
 
 def count(paths, success=None, share=0.05):
     features, valid = batch(paths)
-    regions = RegionMap.for_layout(THREE)
-    return distinct_solutions(regions(features), valid, success, share)
+    region_ids, valid = RegionMap.for_layout(THREE).route_states(features, valid)
+    return distinct_solutions(region_ids, valid, success, share)
 
 
 def test_no_success_means_no_solution(routes):
@@ -146,8 +146,13 @@ def test_excursions_are_erased_and_rare_routes_do_not_count(routes):
     peek = torch.cat([top[:1], world(THREE, [(4, 2), (4, 3), (4, 2)]), top])
     # Two cells down the bottom corridor and back, then the middle route.
     dead_end = torch.cat([middle[:1], world(THREE, [(5, 1), (6, 1), (5, 1)]), middle])
-    both = count([top] * 5 + [peek] + [middle] * 5 + [dead_end])
-    assert both.count == 2 and both.sizes.tolist() == [6, 6]
+    # Up the top corridor one cell, then diagonally past the start cell into the middle
+    # corridor (no state in the start cell on the way back) and along the middle route.
+    corner = torch.cat([middle[:1], torch.tensor([[1.5, 5.2], [2.3, 4.6]]), middle[2:]])
+    regions = RegionMap.for_layout(THREE)
+    assert regions(corner[1:3]).tolist() == [corridors(THREE)[0], corridors(THREE)[1]]
+    both = count([top] * 5 + [peek] + [middle] * 5 + [dead_end, corner])
+    assert both.count == 2 and both.sizes.tolist() == [7, 6]
     paths = [top] * 20 + [middle] * 20 + [bottom]
     strict = count(paths)  # the bottom route: 1 of 41 successes (2.4%) < 5%
     assert strict.count == 2 and strict.counted.tolist() == [True, True, False]

@@ -20,6 +20,7 @@ import torch
 
 from myriad.envs.base import VecEnv
 from myriad.envs.layout import Layout, LayoutError
+from myriad.envs.nav import PointNavEnv
 from myriad.finetune.solutions import (
     DEFAULT_GRID_BINS,
     DEFAULT_MIN_SHARE,
@@ -288,9 +289,10 @@ class PopulationEvaluator:
         )
         scores = batch.scores(self.num_members)
         assert batch.features is not None and batch.valid is not None
+        region_ids, valid = self.regions.route_states(batch.features, batch.valid)
         solutions = distinct_solutions(
-            self.regions(batch.features),
-            batch.valid,
+            region_ids,
+            valid,
             batch.success if batch.has_success else None,
             self.min_share,
         )
@@ -354,6 +356,7 @@ class PopulationEvaluator:
         except LayoutError:
             perturbed = None
         probe = self.make_env(1)
+        assert isinstance(probe, PointNavEnv)  # the env of a layout is a nav env
         try:
             goals = [(math.floor(x), math.floor(y)) for x, y in probe.goal_set.tolist()]
         finally:

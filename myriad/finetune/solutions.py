@@ -161,19 +161,61 @@ class RegionMap:
             return math.prod(self.cells)
         return int(self.table.max()) + 1 if self.table.numel() else 0
 
-    def __call__(self, features: torch.Tensor) -> torch.Tensor:
-        """Region ids ``[...]`` of ``features [..., p]`` (states outside the bounds are clamped
-        to the border cells)."""
+    def _cell_index(self, features: torch.Tensor) -> torch.Tensor:
+        """Grid cell of ``features [..., p]`` per feature, ``[..., p]`` long (clamped)."""
         device = features.device
         low, high = self.low.to(device), self.high.to(device)
         cells = torch.tensor(self.cells, dtype=torch.float64, device=device)
         scaled = (features.to(torch.float64) - low) / (high - low) * cells
-        index = scaled.floor().long()
-        index = torch.minimum(index.clamp(min=0), cells.long() - 1)
-        flat = (index * self.weights.to(device)).sum(dim=-1)
+        return torch.minimum(scaled.floor().long().clamp(min=0), cells.long() - 1)
+
+    def _region_of_cells(self, index: torch.Tensor) -> torch.Tensor:
+        flat = (index * self.weights.to(index.device)).sum(dim=-1)
         if self.table is None:
             return flat
-        return self.table.to(device)[flat]
+        return self.table.to(index.device)[flat]
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        """Region ids ``[...]`` of ``features [..., p]`` (states outside the bounds are clamped
+        to the border cells)."""
+        return self._region_of_cells(self._cell_index(features))
+
+    def route_states(
+        self, features: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Region ids of the states of trajectories, with the cells passed between two states.
+
+        A point mass that moves diagonally past a corner goes from one cell to its diagonal
+        neighbour through one of the two cells beside both, and no recorded state lies in it;
+        when that cell is a one-cell junction (a start hub), the route would seem to jump from
+        one corridor straight into another. On a layout, a state is inserted after every
+        diagonal step: the region of the free one of the two cells (the first when both are
+        free). Plain grids (no layout) get no insertions.
+
+        Args:
+            features: ``[N, T, p]`` states of N trajectories.
+            valid: ``[N, T]`` bool, states inside each trajectory.
+
+        Returns:
+            ``(region_ids [N, T'], valid [N, T'])`` with ``T' = 2T - 1`` on a layout (a slot
+            after every state, -1 where nothing was passed), else ``T`` (the states' regions).
+        """
+        index = self._cell_index(features)
+        region = self._region_of_cells(index)
+        if self.table is None or features.shape[1] < 2:
+            return region, valid
+        step = index[:, 1:] - index[:, :-1]  # [N, T - 1, 2]
+        diagonal = (step.abs() == 1).all(dim=-1) & valid[:, 1:] & valid[:, :-1]
+        beside_x = torch.stack([index[:, 1:, 0], index[:, :-1, 1]], dim=-1)
+        beside_y = torch.stack([index[:, :-1, 0], index[:, 1:, 1]], dim=-1)
+        region_x, region_y = self._region_of_cells(beside_x), self._region_of_cells(beside_y)
+        passed = torch.where(region_x >= 0, region_x, region_y)
+        passed = torch.where(diagonal, passed, torch.full_like(passed, -1))
+        n, t = region.shape
+        slots = torch.stack([region[:, :-1], passed], dim=2).reshape(n, 2 * t - 2)
+        ids = torch.cat([slots, region[:, -1:]], dim=1)
+        kept = torch.stack([valid[:, :-1], diagonal], dim=2).reshape(n, 2 * t - 2)
+        return ids, torch.cat([kept, valid[:, -1:]], dim=1)
 
 
 @dataclass
