@@ -10,6 +10,7 @@ Humanoid's from the mass centre of ``xipos``), so rewards compare with published
 
 from __future__ import annotations
 
+import abc
 import functools
 from typing import ClassVar
 
@@ -39,7 +40,34 @@ def _uniform_qpos_normal_qvel(env: MujocoVecEnv, noise: float) -> tuple[torch.Te
     return qpos, noise * env.normal((env.num_envs, nv))
 
 
-class AntEnv(MujocoVecEnv):
+class _ForwardVelocityEnv(MujocoVecEnv):
+    """A task rewarded for moving forward, with Gymnasium v5's velocity: the change of a tracked
+    position (torso, root or mass centre, :meth:`_tracked_position`) over one control step
+    divided by ``dt``, from the positions after ``mj_step``. Subclasses call
+    :meth:`_init_velocity` once before their first reset."""
+
+    @abc.abstractmethod
+    def _tracked_position(self) -> torch.Tensor:
+        """The position whose velocity is rewarded, ``[E, d]``."""
+
+    def _init_velocity(self) -> None:
+        self._position_before = torch.zeros_like(self._tracked_position())
+
+    def _on_reset(self, mask: torch.Tensor) -> None:
+        self._position_before = torch.where(
+            mask.view(-1, 1), self._tracked_position(), self._position_before
+        )
+
+    def _velocity(self) -> torch.Tensor:
+        """``[E, d]`` since the previous call (or reset)."""
+        # A copy: the backend's fields are views that the next step overwrites.
+        position = self._tracked_position().clone()
+        velocity = (position - self._position_before) / self.dt
+        self._position_before = position
+        return velocity
+
+
+class AntEnv(_ForwardVelocityEnv):
     """Gymnasium ``Ant-v5``: 105-dim observation ``[qpos[2:] (13), qvel (14), clip(cfrc_ext[1:],
     -1, 1) (78)]``; reward ``x_velocity + 1 * healthy - 0.5 |a|^2 - 5e-4 |clip(cfrc_ext)|^2``;
     terminated when the torso height leaves ``[0.2, 1.0]``.
@@ -95,7 +123,7 @@ class AntEnv(MujocoVecEnv):
         self.max_episode_steps = int(max_episode_steps)
         self.features = self._feature_spec(xy_bound)
         self._init_feature_bounds()
-        self._xy_before = torch.zeros(self.num_envs, 2, dtype=self.sim.dtype, device=self.device)
+        self._init_velocity()
         self.reset(0)
 
     # Maze subclasses override these three.
@@ -108,14 +136,11 @@ class AntEnv(MujocoVecEnv):
     def _feature_spec(self, xy_bound: float) -> FeatureSpec:
         return _xy_box(xy_bound)
 
-    def _torso_xy(self) -> torch.Tensor:
-        return self.sim.field("xpos")[:, 1, :2]
+    def _tracked_position(self) -> torch.Tensor:
+        return self.sim.field("xpos")[:, 1, :2]  # the torso's x-y
 
     def _sample_reset(self) -> tuple[torch.Tensor, torch.Tensor]:
         return _uniform_qpos_normal_qvel(self, self.reset_noise)
-
-    def _on_reset(self, mask: torch.Tensor) -> None:
-        self._xy_before = torch.where(mask.view(-1, 1), self._torso_xy(), self._xy_before)
 
     def _contact_forces(self) -> torch.Tensor:
         return self.sim.field("cfrc_ext").clamp(-1.0, 1.0)
@@ -128,9 +153,7 @@ class AntEnv(MujocoVecEnv):
     def _task_step(
         self, actions: torch.Tensor, ctrl: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        xy_after = self._torso_xy().clone()
-        velocity = (xy_after - self._xy_before) / self.dt
-        self._xy_before = xy_after
+        velocity = self._velocity()
         healthy = self._healthy()
         ctrl_cost = self.ctrl_cost_weight * ctrl.square().sum(dim=1)
         contact_cost = self.contact_cost_weight * self._contact_forces().square().sum(dim=(1, 2))
@@ -151,7 +174,7 @@ class AntEnv(MujocoVecEnv):
         return self.clip_features(self.sim.field("qpos")[:, :2])
 
 
-class HalfCheetahEnv(MujocoVecEnv):
+class HalfCheetahEnv(_ForwardVelocityEnv):
     """Gymnasium ``HalfCheetah-v5``: 17-dim observation ``[qpos[1:] (8), qvel (9)]``; reward
     ``x_velocity - 0.1 |a|^2``; never terminates (1000-step time limit).
 
@@ -195,21 +218,19 @@ class HalfCheetahEnv(MujocoVecEnv):
             ("x", "pitch"), (-b, -torch.pi), (b, torch.pi), (max(2, round(2 * b)), 16)
         )
         self._init_feature_bounds()
-        self._x_before = torch.zeros(self.num_envs, dtype=self.sim.dtype, device=self.device)
+        self._init_velocity()
         self.reset(0)
 
     def _sample_reset(self) -> tuple[torch.Tensor, torch.Tensor]:
         return _uniform_qpos_normal_qvel(self, self.reset_noise)
 
-    def _on_reset(self, mask: torch.Tensor) -> None:
-        self._x_before = torch.where(mask, self.sim.field("qpos")[:, 0], self._x_before)
+    def _tracked_position(self) -> torch.Tensor:
+        return self.sim.field("qpos")[:, :1]  # the root's x
 
     def _task_step(
         self, actions: torch.Tensor, ctrl: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        x_after = self.sim.field("qpos")[:, 0].clone()
-        velocity = (x_after - self._x_before) / self.dt
-        self._x_before = x_after
+        velocity = self._velocity()[:, 0]
         reward = self.forward_weight * velocity - self.ctrl_cost_weight * ctrl.square().sum(dim=1)
         return reward, torch.zeros_like(reward, dtype=torch.bool)
 
@@ -222,7 +243,7 @@ class HalfCheetahEnv(MujocoVecEnv):
         return self.clip_features(feats)
 
 
-class HumanoidEnv(MujocoVecEnv):
+class HumanoidEnv(_ForwardVelocityEnv):
     """Gymnasium ``Humanoid-v5``: 348-dim observation ``[qpos[2:] (22), qvel (23), cinert[1:]
     (130), cvel[1:] (78), qfrc_actuator[6:] (17), cfrc_ext[1:] (78)]``; reward ``1.25 *
     x_velocity(mass centre) + 5 * healthy - 0.1 |ctrl|^2 - min(5e-7 |cfrc_ext|^2, 10)``;
@@ -279,10 +300,11 @@ class HumanoidEnv(MujocoVecEnv):
         self._init_feature_bounds()
         mass = torch.as_tensor(mj_model.body_mass, dtype=self.sim.dtype, device=self.device)
         self._mass = mass / mass.sum()
-        self._com_before = torch.zeros(self.num_envs, 2, dtype=self.sim.dtype, device=self.device)
+        self._init_velocity()
         self.reset(0)
 
-    def _mass_center(self) -> torch.Tensor:
+    def _tracked_position(self) -> torch.Tensor:
+        # The mass centre's x-y.
         return torch.einsum("b,ebj->ej", self._mass, self.sim.field("xipos"))[:, :2]
 
     def _sample_reset(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -291,15 +313,10 @@ class HumanoidEnv(MujocoVecEnv):
         qvel = self.uniform((self.num_envs, nv), -s, s)
         return qpos, qvel
 
-    def _on_reset(self, mask: torch.Tensor) -> None:
-        self._com_before = torch.where(mask.view(-1, 1), self._mass_center(), self._com_before)
-
     def _task_step(
         self, actions: torch.Tensor, ctrl: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        com_after = self._mass_center()
-        velocity = (com_after - self._com_before) / self.dt
-        self._com_before = com_after
+        velocity = self._velocity()
         z = self.sim.field("qpos")[:, 2]
         healthy = (z > self.healthy_z[0]) & (z < self.healthy_z[1])
         ctrl_cost = self.ctrl_cost_weight * ctrl.square().sum(dim=1)
