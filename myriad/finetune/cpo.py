@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from myriad.finetune.discriminator import AdversarialReward, DiscriminatorConfig, rollout_labels
@@ -96,7 +97,10 @@ class CPOConfig:
             self.kl_target = float(self.kl_target)
         if self.kl_targets is not None:
             self.kl_targets = [float(t) for t in self.kl_targets]
-        targets = self.kl_targets if self.kl_targets is not None else [self.kl_target]
+        if self.kl_targets is not None:
+            targets = list(self.kl_targets)
+        else:
+            targets = [] if self.kl_target is None else [self.kl_target]
         if self.set_point and not all(t > 0 for t in targets):
             raise ValueError(f"KL targets must be > 0 nats, got {targets}")
         if self.set_point and not self.kl_penalty:
@@ -253,6 +257,7 @@ class CPO(SAPG):
             ConfigError: ``kl_targets`` does not have one entry per follower.
         """
         if self.cpo.kl_targets is None:
+            assert self.cpo.kl_target is not None  # asked in the set-point mode only
             return [float(self.cpo.kl_target)] * num_followers
         targets = list(self.cpo.kl_targets)
         if len(targets) != num_followers:
@@ -401,7 +406,7 @@ class CPO(SAPG):
                 out[f"cpo/{name}/follower_{i}"] = float(values[j, k])
         return out
 
-    def end_iteration(self, returns: torch.Tensor, counts: torch.Tensor) -> dict[str, float]:
+    def end_iteration(self, returns: np.ndarray, counts: np.ndarray) -> dict[str, float]:
         """The ``cpo/*`` scalars of the last update (the runner logs them every iteration)."""
         return dict(self.coupling_stats)
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from myriad.envs import make
 from myriad.envs.base import VecEnv
 from myriad.finetune.algorithms import build_algorithm
+from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.diagnostics import Diagnostics
 from myriad.finetune.evaluation import PopulationEvaluation, PopulationEvaluator
 from myriad.finetune.init import InitReport, initialise
@@ -54,6 +55,8 @@ class FinetuneRunner(OnPolicyRunner):
         "eval.*",
         "video.*",
     )
+
+    algorithm: FinetuneAlgorithm
 
     def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
         setup = population_setup(cfg)

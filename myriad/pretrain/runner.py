@@ -128,7 +128,9 @@ class PretrainRunner(OnPolicyRunner):
         self.collector.collect(self.storage)
         t_collect = time.perf_counter() - t0
 
-        features = self._gathered(self.storage.features)  # [T, E, p] states reached
+        stored = self.storage.features
+        assert stored is not None  # pretraining's storage keeps the entropy features
+        features = self._gathered(stored)  # [T, E, p] states reached
         if not torch.isfinite(features).all():
             raise FloatingPointError(
                 f"env {self.env.name} returned non-finite entropy features; check the env "
@@ -267,7 +269,12 @@ class _DatasetState:
         self.runner = runner
 
     def state_dict(self) -> dict[str, Any]:
-        return self.runner.dataset.state_dict()
+        return self._recorder().state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.runner.dataset.load_state_dict(state, self.runner.iteration_count)
+        self._recorder().load_state_dict(state, self.runner.iteration_count)
+
+    def _recorder(self) -> DatasetRecorder:
+        recorder = self.runner.dataset
+        assert recorder is not None  # the runner checkpoints this adapter only with a recorder
+        return recorder

@@ -12,19 +12,26 @@ from myriad.nn.distributions import gaussian_kl
 
 
 def clipped_surrogate(
-    log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip: float
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: float | torch.Tensor,
 ) -> torch.Tensor:
     """Per-sample PPO policy loss ``-min(r * A, clip(r, 1 - c, 1 + c) * A)``, ``[B]``.
 
-    ``r = exp(log_prob - old_log_prob)``; minimise the mean.
+    ``r = exp(log_prob - old_log_prob)``; minimise the mean. ``clip`` is one number or one per
+    row, ``[B]`` (PBT gives each member its own).
     """
     ratio = torch.exp(log_prob - old_log_prob)
     unclipped = ratio * advantages
-    clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
+    # torch's stubs type clamp's bounds as two tensors or two numbers, not either.
+    clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages  # type: ignore[arg-type]
     return -torch.minimum(unclipped, clipped)
 
 
-def clip_fraction(log_prob: torch.Tensor, old_log_prob: torch.Tensor, clip: float) -> torch.Tensor:
+def clip_fraction(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, clip: float | torch.Tensor
+) -> torch.Tensor:
     """Fraction of samples whose ratio lies outside ``[1 - clip, 1 + clip]`` (scalar)."""
     ratio = torch.exp(log_prob - old_log_prob)
     return ((ratio - 1.0).abs() > clip).float().mean()

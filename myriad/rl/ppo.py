@@ -250,7 +250,12 @@ class PPO:
                 "approx_kl": approx_kl(evaluation.log_prob, batch.log_probs),
                 "clip_fraction": clip_fraction(evaluation.log_prob, batch.log_probs, clip),
             }
-            if cfg.kl_estimator == "exact" and batch.means is not None:
+            # The storage keeps the behaviour means and log-stds together, or neither.
+            if (
+                cfg.kl_estimator == "exact"
+                and batch.means is not None
+                and batch.log_stds is not None
+            ):
                 stats["kl"] = exact_gaussian_kl(
                     batch.means, batch.log_stds, evaluation.mean, evaluation.log_std
                 )

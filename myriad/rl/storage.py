@@ -238,7 +238,12 @@ class RolloutStorage:
             self.truncation_values[t].copy_(truncation_value).masked_fill_(~truncated, 0.0)
         if self.features is not None and features is not None:
             self.features[t].copy_(features)
-        if self.means is not None and mean is not None and log_std is not None:
+        if (
+            self.means is not None
+            and self.log_stds is not None
+            and mean is not None
+            and log_std is not None
+        ):
             self.means[t].copy_(mean)
             self.log_stds[t].copy_(log_std)
         for name, value_ in extras.items():
@@ -277,10 +282,11 @@ class RolloutStorage:
     def batch(self, index: torch.Tensor, blocked: bool = False) -> Batch:
         """The rows ``index [B]`` (time-major flat indices) as a :class:`Batch`."""
 
-        def take(buf: torch.Tensor | None) -> torch.Tensor | None:
-            if buf is None:
-                return None
+        def take(buf: torch.Tensor) -> torch.Tensor:
             return take_rows(buf.reshape(-1, *buf.shape[2:]), index)
+
+        def take_optional(buf: torch.Tensor | None) -> torch.Tensor | None:
+            return None if buf is None else take(buf)
 
         env = index % self.num_envs
         return Batch(
@@ -296,9 +302,9 @@ class RolloutStorage:
             index=index,
             blocked=blocked,
             num_members=self.num_members,
-            means=take(self.means),
-            log_stds=take(self.log_stds),
-            features=take(self.features),
+            means=take_optional(self.means),
+            log_stds=take_optional(self.log_stds),
+            features=take_optional(self.features),
             extras={k: take(v) for k, v in self.extras.items() if k not in self._rollout_only},
         )
 
