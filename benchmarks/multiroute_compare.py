@@ -294,6 +294,24 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any]) -> None:
     save_figure(fig, path, dpi=100)
 
 
+def pretraining_records(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per seed, the pretraining run's wall time, env steps, diversity and coverage."""
+    out = []
+    for seed in range(args.seeds):
+        summary = _read(args.workdir / f"pretrain-seed{seed}" / "summary.json")
+        if summary:
+            out.append(
+                {
+                    "seed": seed,
+                    "wall_time_s": summary.get("wall_time_s"),
+                    "env_steps": summary.get("env_steps"),
+                    "diversity_nats": summary.get("eval_entropy_diversity"),
+                    "union_coverage": summary.get("eval_coverage_union"),
+                }
+            )
+    return out
+
+
 def _commit() -> str | None:
     """The git commit of the ``myriad`` package that ran (None outside a git checkout)."""
     import myriad
@@ -347,7 +365,9 @@ def result_payload(
         },
         "aggregate": agg,
         "goal": goal(agg) if agg else {},
+        "pretraining": pretraining_records(args),
         "runs": runs,
+        "finetune_wall_s_sum": sum(r["wall_s"] or 0.0 for r in runs),
         "wall_s_this_invocation": wall,
     }
 
@@ -404,7 +424,13 @@ def main(argv: list[str] | None = None) -> int:
             payload = result_payload(runs, args, wall, complete=False, with_aggregate=False)
             write_json(args.out, payload)
     complete = len(runs) == len(plan)
-    payload = result_payload(runs, args, time.perf_counter() - start, complete)
+    wall = time.perf_counter() - start
+    earlier = _read(args.out) if args.reaggregate else None
+    if earlier:  # recomputing the aggregates keeps the sweep's own wall time and code
+        wall = earlier.get("wall_s_this_invocation", wall)
+    payload = result_payload(runs, args, wall, complete)
+    if earlier and earlier.get("code"):
+        payload["code"] = earlier["code"]
     write_json(args.out, payload)
     if runs:
         figure(args.out.with_suffix(".png"), runs, payload["aggregate"])
