@@ -55,7 +55,8 @@ def resolve_config(
     given = _algo_override(overrides)
     if algo is not None and given is not None and given != algo:
         raise ConfigError(f"--algo {algo} contradicts the override algo={given}")
-    name = check_algorithm(algo or given) if (algo or given) else None
+    chosen = algo or given
+    name = check_algorithm(chosen) if chosen else None
     rest = [o for o in overrides if _algo_override([o]) is None]
     cfg = compose("finetune", ([f"algo={name}"] if name else []) + rest)
     check_algorithm(str(cfg["algo"]["name"]))
