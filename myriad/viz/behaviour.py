@@ -139,9 +139,41 @@ def classical_mds(distances: np.ndarray, dim: int = 2) -> tuple[np.ndarray, floa
     return coords, share
 
 
-def _panel_grid(count: int) -> tuple[int, int]:
+def _panels(count: int, width: float, height: float) -> tuple[Any, list[Any]]:
+    """A figure of ``count`` panels of ``width x height`` inches, at most four a row; returns
+    it and the panels' axes (the grid's spare cells are hidden)."""
     cols = min(count, 4)
-    return math.ceil(count / cols), cols
+    rows = math.ceil(count / cols)
+    fig, axes = pyplot().subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:count])
+
+
+def _label(ax: Any, title: str, xlabel: str, ylabel: str | None = None) -> None:
+    """A panel's title and axis labels, in the text sizes of every behaviour figure."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+def _save(fig: Any, path: Path, title: str) -> Path:
+    """Title ``fig`` and write it at the resolution of every behaviour figure."""
+    fig.suptitle(title)
+    return save_figure(fig, path, dpi=110)
+
+
+def _shade(
+    ax: Any, hist: np.ndarray, color: Any, extent: tuple[float, float, float, float]
+) -> None:
+    """Draw the 2-D histogram ``hist [nx, ny]`` in ``color``, opacity growing with the log of
+    the count (sparse and dense regions both stay visible)."""
+    shade = np.ones((*hist.T.shape, 4))
+    shade[..., :3] = np.asarray(color[:3])
+    shade[..., 3] = np.log1p(hist.T) / max(np.log1p(hist.max()), 1e-9)
+    ax.imshow(shade, origin="lower", extent=extent, aspect="auto", interpolation="nearest")
 
 
 def _feature_histograms(
@@ -153,40 +185,21 @@ def _feature_histograms(
     title: str,
 ) -> Path:
     """Two features: one 2-D histogram per member on shared axes (the data's extent)."""
-    plt = pyplot()
     m = len(colors)
     lo = np.maximum(x.min(axis=0), spec.low)
     hi = np.minimum(x.max(axis=0), spec.high)
     pad = 0.05 * np.maximum(hi - lo, 1e-6)
     lo, hi = np.maximum(lo - pad, spec.low), np.minimum(hi + pad, spec.high)
-    rows, cols = _panel_grid(m)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.1 * cols, 2.9 * rows), squeeze=False)
-    bins = 40
-    for i, ax in enumerate(axes.flat):
-        if i >= m:
-            ax.set_visible(False)
-            continue
+    fig, axes = _panels(m, 3.1, 2.9)
+    for i, ax in enumerate(axes):
         pts = x[member == i]
         hist, xe, ye = np.histogram2d(
-            pts[:, 0], pts[:, 1], bins=bins, range=[[lo[0], hi[0]], [lo[1], hi[1]]]
+            pts[:, 0], pts[:, 1], bins=40, range=[[lo[0], hi[0]], [lo[1], hi[1]]]
         )
-        shade = np.ones((bins, bins, 4))
-        shade[..., :3] = np.asarray(colors[i][:3])
-        shade[..., 3] = np.log1p(hist.T) / max(np.log1p(hist.max()), 1e-9)
         ax.set_facecolor("white")
-        ax.imshow(
-            shade,
-            origin="lower",
-            extent=(xe[0], xe[-1], ye[0], ye[-1]),
-            aspect="auto",
-            interpolation="nearest",
-        )
-        ax.set_title(f"member {i}  ({len(pts)} states)", fontsize=9)
-        ax.set_xlabel(spec.names[0], fontsize=8)
-        ax.set_ylabel(spec.names[1], fontsize=8)
-        ax.tick_params(labelsize=7)
-    fig.suptitle(title)
-    return save_figure(fig, path, dpi=110)
+        _shade(ax, hist, colors[i], (xe[0], xe[-1], ye[0], ye[-1]))
+        _label(ax, f"member {i}  ({len(pts)} states)", spec.names[0], spec.names[1])
+    return _save(fig, path, title)
 
 
 def _feature_violins(
@@ -198,26 +211,18 @@ def _feature_violins(
     title: str,
 ) -> Path:
     """More than two features: per feature, one violin per member."""
-    plt = pyplot()
     m, p = len(colors), x.shape[1]
-    rows, cols = _panel_grid(p)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.6 * rows), squeeze=False)
-    for f, ax in enumerate(axes.flat):
-        if f >= p:
-            ax.set_visible(False)
-            continue
+    fig, axes = _panels(p, 3.4, 2.6)
+    for f, ax in enumerate(axes):
         data = [x[member == i, f] for i in range(m)]
         parts = ax.violinplot(data, positions=range(m), showextrema=False, widths=0.85)
         for body, color in zip(parts["bodies"], colors):
             body.set_facecolor(color)
             body.set_alpha(0.75)
-        ax.set_title(spec.names[f], fontsize=9)
         ax.set_xticks(range(m))
         ax.set_xticklabels([str(i) for i in range(m)], fontsize=7)
-        ax.set_xlabel("member", fontsize=8)
-        ax.tick_params(labelsize=7)
-    fig.suptitle(title)
-    return save_figure(fig, path, dpi=110)
+        _label(ax, spec.names[f], "member")
+    return _save(fig, path, title)
 
 
 def up_axis_angles(quaternion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -234,35 +239,17 @@ def up_axis_angles(quaternion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _orientation(
     path: Path, quaternion: np.ndarray, member: np.ndarray, colors: Sequence[Any], title: str
 ) -> Path:
-    plt = pyplot()
     m = len(colors)
     azimuth, elevation = up_axis_angles(quaternion)
-    rows, cols = _panel_grid(m)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.4 * rows), squeeze=False)
-    for i, ax in enumerate(axes.flat):
-        if i >= m:
-            ax.set_visible(False)
-            continue
+    fig, axes = _panels(m, 3.3, 2.4)
+    for i, ax in enumerate(axes):
         sel = member == i
         hist, _, _ = np.histogram2d(
             azimuth[sel], elevation[sel], bins=(36, 18), range=[[-180, 180], [-90, 90]]
         )
-        shade = np.ones((*hist.T.shape, 4))
-        shade[..., :3] = np.asarray(colors[i][:3])
-        shade[..., 3] = np.log1p(hist.T) / max(np.log1p(hist.max()), 1e-9)
-        ax.imshow(
-            shade,
-            origin="lower",
-            extent=(-180, 180, -90, 90),
-            aspect="auto",
-            interpolation="nearest",
-        )
-        ax.set_title(f"member {i}: cube +z axis", fontsize=9)
-        ax.set_xlabel("azimuth (deg)", fontsize=8)
-        ax.set_ylabel("elevation (deg)", fontsize=8)
-        ax.tick_params(labelsize=7)
-    fig.suptitle(title)
-    return save_figure(fig, path, dpi=110)
+        _shade(ax, hist, colors[i], (-180, 180, -90, 90))
+        _label(ax, f"member {i}: cube +z axis", "azimuth (deg)", "elevation (deg)")
+    return _save(fig, path, title)
 
 
 def _embedding(
@@ -311,8 +298,7 @@ def _embedding(
     ax_heat.set_ylabel("member")
     ax_heat.set_title("energy distance between members", fontsize=10)
     fig.colorbar(image, ax=ax_heat, shrink=0.85)
-    fig.suptitle(title)
-    return save_figure(fig, path, dpi=110)
+    return _save(fig, path, title)
 
 
 def behaviour_plots(
