@@ -32,7 +32,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import nn
@@ -337,19 +337,23 @@ class IndependentNet(PopulationNet):
         padded[member, pos] = x
         return self._stack(padded)[member, pos]
 
+    def _linears(self) -> list[PopulationLinear]:
+        # nn.ModuleList types its items as plain modules; __init__ fills it with these.
+        return cast("list[PopulationLinear]", list(self.layers))
+
     def single(self, x: torch.Tensor, m: int) -> torch.Tensor:
         h = x
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self._linears()):
             if i > 0:
                 h = self.act(h)
             h = layer.forward_member(h, m)
         return h
 
     def all_members(self, x: torch.Tensor) -> torch.Tensor:
-        return self._stack(self.layers[0].forward_all(x), start=1)
+        return self._stack(self._linears()[0].forward_all(x), start=1)
 
     def member_parameters(self) -> list[nn.Parameter]:
-        return [p for layer in self.layers for p in (layer.weight, layer.bias)]
+        return [p for layer in self._linears() for p in (layer.weight, layer.bias)]
 
 
 @dataclass(frozen=True)
