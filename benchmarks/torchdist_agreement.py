@@ -35,22 +35,12 @@ import numpy as np
 from myriad.bench.common import machine_info, print_table, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
-TINY = [
-    "env=four_rooms",
-    "num_envs=64",
-    "num_steps=16",
-    "population.size=4",
-    "population.actor_hidden=[32,32]",
-    "population.critic_hidden=[32,32]",
-    "ppo.epochs=2",
-    "ppo.minibatches=2",
-    "iterations=4",
-    "checkpoint_every=2",
-    "keep_checkpoints=null",
-    "progress=false",
-    "plots=false",
-    "env.options.max_episode_steps=20",
-]
+# The agreement runs are the test suite's tiny pretraining, read from the suite itself: the
+# tolerances of tests/test_torch_distributed.py are measured on exactly this config.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from conftest import TINY_PRETRAIN  # noqa: E402
+
+TINY = [*TINY_PRETRAIN, "plots=false"]
 
 
 def free_port() -> int:

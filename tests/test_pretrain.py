@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_PRETRAIN
 
 from myriad.datasets import read_d4rl
 from myriad.pretrain import pretrain
@@ -14,25 +15,9 @@ from myriad.pretrain.runner import PretrainRunner
 from myriad.utils.checkpoint import ConfigMismatchError
 from myriad.utils.config import ConfigError
 
-TINY = [
-    "env=four_rooms",
-    "num_envs=64",
-    "num_steps=16",
-    "population.size=4",
-    "population.actor_hidden=[32,32]",
-    "population.critic_hidden=[32,32]",
-    "ppo.epochs=2",
-    "ppo.minibatches=2",
-    "iterations=4",
-    "checkpoint_every=2",
-    "keep_checkpoints=null",
-    "progress=false",
-    "env.options.max_episode_steps=20",
-]
-
 
 def _run(tmp_path: Path, extra: list[str] = (), name: str = "run") -> dict:
-    return pretrain([*TINY, *extra], run_dir=tmp_path / name, quiet=True)
+    return pretrain([*TINY_PRETRAIN, *extra], run_dir=tmp_path / name, quiet=True)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +30,7 @@ def _run(tmp_path: Path, extra: list[str] = (), name: str = "run") -> dict:
 )
 def test_bad_population_layouts_name_the_fix(tmp_path, overrides, match):
     with pytest.raises(ConfigError, match=match):
-        pretrain([*TINY, *overrides], run_dir=tmp_path / "bad", quiet=True)
+        pretrain([*TINY_PRETRAIN, *overrides], run_dir=tmp_path / "bad", quiet=True)
 
 
 def test_unknown_override_is_a_config_error(tmp_path):
@@ -54,7 +39,6 @@ def test_unknown_override_is_a_config_error(tmp_path):
 
 
 def test_run_folder_contents(tiny_pretrain):
-    assert tiny_pretrain.overrides == tuple(TINY)
     summary, run = tiny_pretrain.summary, tiny_pretrain.path
     assert (run / "config.yaml").is_file()
     assert sorted(p.name for p in (run / "checkpoints").iterdir())[-1] == "iter_000004.pt"
@@ -100,7 +84,7 @@ def test_dataset_is_episode_contiguous_and_consistent(tiny_pretrain):
 
 def test_resume_is_exact(tmp_path, tiny_pretrain):
     straight = tiny_pretrain.path
-    cfg = resolve_config([*TINY, "iterations=2"])
+    cfg = resolve_config([*TINY_PRETRAIN, "iterations=2"])
     runner = PretrainRunner(cfg, tmp_path / "split")
     runner.learn(2)
     runner.close()
@@ -169,7 +153,7 @@ def test_pretraining_runs_on_ray_workers_through_config(tmp_path):
     ray = pytest.importorskip("ray")
     try:
         summary = pretrain(
-            [*TINY, "iterations=2", "checkpoint_every=0", "distributed=local"],
+            [*TINY_PRETRAIN, "iterations=2", "checkpoint_every=0", "distributed=local"],
             run_dir=tmp_path / "ray",
             quiet=True,
         )

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_PRETRAIN
 
 from myriad.cli import main
 from myriad.datasets import load
@@ -42,22 +43,7 @@ from myriad.rl.storage import RolloutStorage
 from myriad.utils.config import ConfigError
 
 #: The suite's tiny pretraining (tests/conftest.py), without plots.
-TINY = (
-    "env=four_rooms",
-    "num_envs=64",
-    "num_steps=16",
-    "population.size=4",
-    "population.actor_hidden=[32,32]",
-    "population.critic_hidden=[32,32]",
-    "ppo.epochs=2",
-    "ppo.minibatches=2",
-    "iterations=4",
-    "checkpoint_every=2",
-    "keep_checkpoints=null",
-    "progress=false",
-    "plots=false",
-    "env.options.max_episode_steps=20",
-)
+TINY = (*TINY_PRETRAIN, "plots=false")
 
 #: |2 ranks - 1 process| allowed for the mean over the run's iterations of the collective entropy
 #: (nats) and of the rollout's union coverage. The two runs draw different random numbers (each
