@@ -321,9 +321,7 @@ class RunnerBase(abc.ABC):
         return source
 
 
-def build_runner(
-    factory: Callable[[Path], RunnerBase], folder: Path, new_run: bool
-) -> RunnerBase:
+def build_runner(factory: Callable[[Path], RunnerBase], folder: Path, new_run: bool) -> RunnerBase:
     """``factory(folder)``; if a new run's runner cannot be built (a bad config found late),
     its folder is removed again when it holds no file, so refused runs leave nothing behind."""
     try:
