@@ -31,12 +31,14 @@ install-gpu: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/myriad pretrain
 
-# lint-imports checks that the packages' layers point one way (the contract in pyproject.toml).
+# lint-imports checks that the packages' layers point one way (the contract in pyproject.toml);
+# mypy type-checks the package ([tool.mypy] in pyproject.toml).
 # The video tests render MuJoCo frames headless: Mesa's EGL is installed first when absent.
 test: $(STAMP)
 	bash scripts/ensure-headless-gl.sh
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 2 -q tests
 
 # mypy type-checks the package with the settings in pyproject.toml ([tool.mypy]).
