@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from seed_statistics import iqm_and_mean, iqm_bars
 
 from myriad.bench.common import write_json
 from myriad.finetune.api import resolve_config
@@ -128,9 +129,6 @@ def _run_all(
 
 def aggregate(runs: list[dict[str, Any]], reps: int) -> dict[str, Any]:
     """IQM and mean with 95% stratified bootstrap CIs, per variant and metric."""
-    from rliable import library as rly
-    from rliable import metrics
-
     variants = sorted(
         {(r["algo"], r["init"]) for r in runs}, key=lambda v: (ALGOS.index(v[0]), v[1])
     )
@@ -143,21 +141,7 @@ def aggregate(runs: list[dict[str, Any]], reps: int) -> dict[str, Any]:
             )
             for a, i in variants
         }
-
-        def both(x: np.ndarray) -> np.ndarray:
-            return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x)])
-
-        points, intervals = rly.get_interval_estimates(scores, both, reps=reps)
-        out[metric] = {
-            name: {
-                "iqm": float(points[name][0]),
-                "iqm_ci95": [float(intervals[name][0, 0]), float(intervals[name][1, 0])],
-                "mean": float(points[name][1]),
-                "mean_ci95": [float(intervals[name][0, 1]), float(intervals[name][1, 1])],
-                "values": scores[name][:, 0].tolist(),
-            }
-            for name in scores
-        }
+        out[metric] = iqm_and_mean(scores, reps)
     ess = {}
     for a, i in variants:
         values = [r["leader_ess"] for r in runs if r["algo"] == a and r["init"] == i]
@@ -286,12 +270,7 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any], reps: in
         (axes[1], "auc", f"sample efficiency: mean evaluated {metric} (IQM, 95% CI)"),
         (axes[2], final_key, f"final leader {metric} (IQM, 95% CI)"),
     ):
-        table = agg[key]
-        names = list(table)
-        y = np.arange(len(names))
-        iqm = np.array([table[n]["iqm"] for n in names])
-        lo = np.array([table[n]["iqm_ci95"][0] for n in names])
-        hi = np.array([table[n]["iqm_ci95"][1] for n in names])
+        names, y, iqm, lo, hi = iqm_bars(agg[key])
         ax.barh(
             y,
             iqm,

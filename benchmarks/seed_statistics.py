@@ -1,0 +1,43 @@
+"""Aggregates over seeds shared by the finetuning benchmarks: the interquartile mean (IQM) and the
+mean of each variant's scores with 95% stratified bootstrap confidence intervals from ``rliable``
+(Agarwal et al., 2021), and their bar-chart form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def iqm_and_mean(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict[str, Any]]:
+    """Per variant of ``scores`` (name -> ``[runs, 1]``): ``iqm``, ``mean``, their 95% bootstrap
+    intervals ``iqm_ci95`` / ``mean_ci95`` from ``reps`` resamples, and the run ``values``."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    def both(x: np.ndarray) -> np.ndarray:
+        return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x)])
+
+    points, intervals = rly.get_interval_estimates(scores, both, reps=reps)
+    return {
+        name: {
+            "iqm": float(points[name][0]),
+            "iqm_ci95": [float(intervals[name][0, 0]), float(intervals[name][1, 0])],
+            "mean": float(points[name][1]),
+            "mean_ci95": [float(intervals[name][0, 1]), float(intervals[name][1, 1])],
+            "values": scores[name][:, 0].tolist(),
+        }
+        for name in scores
+    }
+
+
+def iqm_bars(
+    table: dict[str, dict[str, Any]],
+) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A table of :func:`iqm_and_mean` as horizontal bars: the variant names, their positions
+    ``[V]``, IQMs ``[V]`` and the interval bounds ``[V]``, ``[V]``."""
+    names = list(table)
+    iqm = np.array([table[n]["iqm"] for n in names])
+    lo = np.array([table[n]["iqm_ci95"][0] for n in names])
+    hi = np.array([table[n]["iqm_ci95"][1] for n in names])
+    return names, np.arange(len(names)), iqm, lo, hi
