@@ -149,3 +149,12 @@ def test_half_written_checkpoint_files_are_removed(reference, tmp_path):
     assert not stale.exists()
     with h5py.File(run / DATASET, "r") as f:
         assert f.attrs["run_iteration"] == 5 and f["rewards"].shape[0] == 5 * 16 * 32
+
+
+def test_run_files_are_readable_like_any_new_file(reference):
+    """Atomic writes go through a private temporary file; the result must not stay private."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in ("config.yaml", "summary.json", "checkpoints/iter_000004.pt"):
+        mode = (reference / "run" / path).stat().st_mode & 0o777
+        assert mode == 0o666 & ~mask, (path, oct(mode))
