@@ -33,6 +33,25 @@ TINY_PRETRAIN: tuple[str, ...] = (
     "env.options.max_episode_steps=20",
 )
 
+#: The tiny finetuning the runner and set-point tests start from (they add ``num_envs`` and their
+#: algorithm's settings): 6-step episodes of the empty room, 8 steps per iteration, evaluations
+#: and checkpoints every 2 iterations.
+TINY_FINETUNE: tuple[str, ...] = (
+    "env=empty",
+    "num_steps=8",
+    "env.options.max_episode_steps=6",
+    "population.actor_hidden=[16]",
+    "population.critic_hidden=[16]",
+    "ppo.epochs=2",
+    "ppo.minibatches=2",
+    "eval.every=2",
+    "eval.episodes=2",
+    "eval.final_episodes=2",
+    "diagnostics.states_per_member=16",
+    "checkpoint_every=2",
+    "progress=false",
+)
+
 
 @dataclass(frozen=True)
 class PretrainedRun:

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import torch
+from conftest import TINY_FINETUNE
 from omegaconf import OmegaConf
 
 from myriad.cli import main
@@ -21,22 +22,7 @@ from myriad.utils.checkpoint import load_checkpoint, save_checkpoint
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import STREAMS, derive_seed, stream_seed
 
-TINY = [
-    "env=empty",
-    "num_envs=16",
-    "num_steps=8",
-    "env.options.max_episode_steps=6",
-    "population.actor_hidden=[16]",
-    "population.critic_hidden=[16]",
-    "ppo.epochs=2",
-    "ppo.minibatches=2",
-    "eval.every=2",
-    "eval.episodes=2",
-    "eval.final_episodes=2",
-    "diagnostics.states_per_member=16",
-    "checkpoint_every=2",
-    "progress=false",
-]
+TINY = [*TINY_FINETUNE, "num_envs=16"]
 ALGO_TINY = {
     "cpo": ["population.size=2", "algo.discriminator.hidden=[8]"],
     "sapg": ["population.size=4"],
