@@ -330,6 +330,17 @@ def trend(values: list[float], window: int) -> dict[str, float]:
     return {"first": first, "last": last, "change": last - first}
 
 
+def rate_ratio(numerator: dict[str, Any], denominator: dict[str, Any]) -> dict[str, Any]:
+    """Two interleaved learners' records (:func:`interleaved`) compared: the ratio of their
+    median env-steps per second and the ratio in each timed block."""
+    return {
+        "ratio": numerator["median_steps_per_s"] / denominator["median_steps_per_s"],
+        "block_ratios": [
+            a / b for a, b in zip(numerator["steps_per_s"], denominator["steps_per_s"])
+        ],
+    }
+
+
 def compare_rsl_rl(
     num_envs: int,
     threads: int,
@@ -350,8 +361,7 @@ def compare_rsl_rl(
         "iterations_per_block": iterations,
         "myriad": mine,
         "rsl_rl": theirs,
-        "ratio": mine["median_steps_per_s"] / theirs["median_steps_per_s"],
-        "block_ratios": [a / b for a, b in zip(mine["steps_per_s"], theirs["steps_per_s"])],
+        **rate_ratio(mine, theirs),
         # The dense reward is minus the normalised distance to the goal: its mean per step
         # rises as the policy learns, whatever the episode phases of the rollout.
         "mean_reward_trend": {
@@ -413,8 +423,7 @@ def compare_population(
         "iterations_per_block": iterations,
         "ppo": a,
         "sapg": b,
-        "ratio": b["median_steps_per_s"] / a["median_steps_per_s"],
-        "block_ratios": [y / x for x, y in zip(a["steps_per_s"], b["steps_per_s"])],
+        **rate_ratio(b, a),
     }
 
 
