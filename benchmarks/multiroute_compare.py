@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from seed_statistics import iqm_and_mean, iqm_bars
 
 from myriad.bench.common import write_json
 from myriad.utils.checkpoint import library_versions
@@ -180,9 +181,6 @@ def _name(variant: str, init: bool) -> str:
 
 def aggregate(runs: list[dict[str, Any]], reps: int) -> dict[str, Any]:
     """IQM and mean with 95% stratified bootstrap CIs per variant and metric."""
-    from rliable import library as rly
-    from rliable import metrics
-
     groups = sorted(
         {(r["variant"], r["init"]) for r in runs},
         key=lambda v: (list(VARIANTS).index(v[0]), not v[1]),
@@ -195,21 +193,7 @@ def aggregate(runs: list[dict[str, Any]], reps: int) -> dict[str, Any]:
             )
             for v, i in groups
         }
-
-        def both(x: np.ndarray) -> np.ndarray:
-            return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x)])
-
-        points, intervals = rly.get_interval_estimates(scores, both, reps=reps)
-        out[metric] = {
-            name: {
-                "iqm": float(points[name][0]),
-                "iqm_ci95": [float(intervals[name][0, 0]), float(intervals[name][1, 0])],
-                "mean": float(points[name][1]),
-                "mean_ci95": [float(intervals[name][0, 1]), float(intervals[name][1, 1])],
-                "values": scores[name][:, 0].tolist(),
-            }
-            for name in scores
-        }
+        out[metric] = iqm_and_mean(scores, reps)
     return out
 
 
@@ -244,12 +228,7 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any]) -> None:
         ("robust_population", "best member, leader's route walled off (IQM)", (0, 1.05)),
     )
     for ax, (metric, title, limits) in zip(axes.flat, panels, strict=False):
-        table = agg[metric]
-        names = list(table)
-        y = np.arange(len(names))
-        iqm = np.array([table[n]["iqm"] for n in names])
-        lo = np.array([table[n]["iqm_ci95"][0] for n in names])
-        hi = np.array([table[n]["iqm_ci95"][1] for n in names])
+        names, y, iqm, lo, hi = iqm_bars(agg[metric])
         colors = [COLORS[n.split("+")[0]] for n in names]
         alphas = [0.9 if n.endswith("+init") else 0.45 for n in names]
         for k in range(len(names)):
