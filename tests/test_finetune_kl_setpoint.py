@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from conftest import TINY_FINETUNE
 from torch.distributions import Normal, kl_divergence
 
 from myriad.cli import main
@@ -118,22 +119,10 @@ def test_fraction_in_band():
 # ---------------------------------------------------------------- CPO with the set point
 
 TINY = [
-    "env=empty",
+    *TINY_FINETUNE,
     "num_envs=24",
-    "num_steps=8",
-    "env.options.max_episode_steps=6",
     "population.size=3",
-    "population.actor_hidden=[16]",
-    "population.critic_hidden=[16]",
     "algo.discriminator.hidden=[8]",
-    "ppo.epochs=2",
-    "ppo.minibatches=2",
-    "eval.every=2",
-    "eval.episodes=2",
-    "eval.final_episodes=2",
-    "diagnostics.states_per_member=16",
-    "checkpoint_every=2",
-    "progress=false",
     "plots=false",
     "tensorboard=false",
 ]
