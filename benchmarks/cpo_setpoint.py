@@ -94,6 +94,9 @@ def run_once(case: str, seed: int, init: str, args: argparse.Namespace, workdir:
         "adversarial_coef": per_follower("cpo/adversarial_coef/follower_{i}"),
         "leader_eval": history.get("eval/leader_success", []),
         "final_leader_success": summary["final_eval"]["eval/leader_success"],
+        "first_success_iteration": next(
+            (s for s, v in history.get("eval/leader_success", []) if v >= 0.5), None
+        ),
         "final_kl": [k[-1] for k in per_follower("cpo/kl/follower_{i}")],
         "wall_s": wall,
     }
@@ -131,6 +134,7 @@ def aggregate(runs: list[dict[str, Any]], need: float) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "seeds": [r["seed"] for r in rows],
             "final_leader_success": [r["final_leader_success"] for r in rows],
+            "first_success_iteration": [r["first_success_iteration"] for r in rows],
             "final_kl_mean_per_follower": np.mean([r["final_kl"] for r in rows], axis=0).tolist(),
             "final_kl_min": float(np.min([r["final_kl"] for r in rows])),
             "final_kl_max": float(np.max([r["final_kl"] for r in rows])),
@@ -169,9 +173,8 @@ def figure(path: Path, runs: list[dict[str, Any]]) -> None:
                 row[1].plot(x, r["kl_coef"][j], color=c, linewidth=0.8, alpha=0.8)
                 if r["adversarial_coef"][j]:
                     row[2].plot(x, r["adversarial_coef"][j], color=c, linewidth=0.8, alpha=0.8)
-            steps = [s + 1 for s, _ in r["leader_eval"]]
             row[3].plot(
-                steps,
+                [s for s, _ in r["leader_eval"]],
                 [v for _, v in r["leader_eval"]],
                 marker="o",
                 markersize=2,

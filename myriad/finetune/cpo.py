@@ -270,12 +270,14 @@ class CPO(SAPG):
         return targets
 
     @torch.no_grad()
-    def _sync_coefficients(self) -> None:
-        """Write the followers' coefficients into the ``[M]`` tensors the losses read."""
+    def _sync_coefficients(self, active: bool = True) -> None:
+        """Write the followers' coefficients into the ``[M]`` tensors the losses read: the
+        controller's, or the fixed ones without a set point or while it is not ``active``."""
         followers = self.follower_index
-        if self.setpoint is None:
+        if self.setpoint is None or not active:
             self.kl_coef.index_fill_(0, followers, self.cpo.kl_lambda)
             self.adversarial_coef.index_fill_(0, followers, self.cpo.adversarial_coef)
+            self.awac_scale.fill_(1.0)
             return
         self.kl_coef.index_copy_(0, followers, self.setpoint.kl_coef)
         if self.cpo.setpoint.scale_awac:
@@ -368,9 +370,15 @@ class CPO(SAPG):
         return (sums / counts).index_select(0, self.follower_index)
 
     def update(self, storage: RolloutStorage, critic_only: bool = False) -> dict[str, float]:
-        """The PPO epochs, then one set-point step from the post-update KL (not while only
-        the critics learn: the actors, and so the KL, do not respond to the coefficients)."""
+        """The PPO epochs, then one set-point step from the post-update KL.
+
+        While only the critics learn (the warm-up after ``--init``) the set point neither acts
+        nor steps: the couplings keep their fixed values (a strong adversarial reward while the
+        fresh critics fit their first returns made the leader fail on the maze, docs/finetune.md)
+        and the actors, so the KL, do not respond to the coefficients anyway.
+        """
         followers = self.follower_index
+        self._sync_coefficients(active=not critic_only)
         applied = {"kl_coef": self.kl_coef.index_select(0, followers)}
         if self.adversarial is not None:
             applied["adversarial_coef"] = self.adversarial_coef.index_select(0, followers)

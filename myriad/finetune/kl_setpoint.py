@@ -49,7 +49,7 @@ class KLSetpointConfig:
     adversarial_coef_init: float | None = 0.02
     eta: float = 0.5
     kl_coef_min: float = 0.01
-    kl_coef_max: float = 1.0
+    kl_coef_max: float = 0.5
     adversarial_eta: float = 0.1
     adversarial_coef_min: float = 0.002
     adversarial_coef_max: float = 0.1
