@@ -32,6 +32,7 @@ CONFIG = KLSetpointConfig(
     adversarial_eta=0.25,
     adversarial_coef_min=1e-3,
     adversarial_coef_max=0.05,
+    low=0.5,
 )
 
 
