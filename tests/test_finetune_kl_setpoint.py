@@ -27,8 +27,12 @@ from myriad.utils.config import ConfigError
 
 CONFIG = KLSetpointConfig(
     eta=0.5,
+    max_error=2.0,
     kl_coef_min=0.01,
     kl_coef_max=1.0,
+    repulsion_eta=0.05,
+    repulsion_max=0.3,
+    damping=0.2,
     adversarial_eta=0.25,
     adversarial_coef_min=1e-3,
     adversarial_coef_max=0.05,
@@ -47,14 +51,52 @@ def test_step_follows_the_rule_per_follower():
     c = controller()
     # follower 0 at 3x its target, follower 1 in [0.5, 1] x target, follower 2 at 0.2x.
     c.step(torch.tensor([0.3, 0.2, 0.2]))
-    errors = [(0.3 - 0.1) / 0.1, (0.2 - 0.3) / 0.3, (0.2 - 1.0) / 1.0]
+    errors = [math.log(3.0), math.log(0.2 / 0.3), math.log(0.2)]
     expected_lambda = [0.1 * math.exp(0.5 * e) for e in errors]
-    # c decays above the target, holds in [0.5, 1] x target, rises below half of it.
+    # c and rho: relax above the target, hold in [0.5, 1] x target, rise below half of it.
     expected_c = [0.002 * math.exp(-0.25 * errors[0]), 0.002, 0.002 * math.exp(-0.25 * errors[2])]
+    expected_rho = [0.0, 0.0, -0.05 * errors[2]]
     assert c.kl_coef.tolist() == pytest.approx(expected_lambda, rel=1e-5)
     assert c.adversarial_coef.tolist() == pytest.approx(expected_c, rel=1e-5)
+    assert c.repulsion.tolist() == pytest.approx(expected_rho, rel=1e-5, abs=1e-9)
+    expected_penalty = [lam - rho for lam, rho in zip(expected_lambda, expected_rho)]
+    assert c.penalty_coef.tolist() == pytest.approx(expected_penalty, rel=1e-5)
     assert c.kl_coef[0] > 0.1 and c.kl_coef[1] < 0.1 and c.kl_coef[2] < 0.1
     assert c.adversarial_coef[0] < 0.002 < c.adversarial_coef[2]
+
+
+def test_error_is_symmetric_in_ratio_and_clipped():
+    c = controller(targets=(0.1, 0.1, 0.1))
+    # 4x too far and 4x too close move lambda by the same factor in opposite directions; 1000x
+    # too far moves it no more than exp(max_error) x too far.
+    c.step(torch.tensor([0.4, 0.025, 100.0]))
+    up, down, capped = c.kl_coef.tolist()
+    assert up / 0.1 == pytest.approx(0.1 / down, rel=1e-5)
+    assert capped == pytest.approx(0.1 * math.exp(0.5 * 2.0), rel=1e-5)
+
+
+def test_repulsion_turns_the_penalty_into_a_bonus_and_relaxes():
+    c = controller(targets=(0.1, 0.1, 0.1))
+    for _ in range(20):
+        c.step(torch.tensor([0.001, 0.07, 0.3]))  # collapsed, inside the band, far
+    assert c.penalty_coef[0] < 0 and c.repulsion[0] == pytest.approx(0.3)  # at repulsion_max
+    assert c.repulsion[1] == 0 and c.repulsion[2] == 0 and c.penalty_coef[2] > 0
+    for _ in range(40):
+        c.step(torch.tensor([0.3, 0.07, 0.3]))  # now too far: the repulsion decays to 0
+    assert c.repulsion[0] == 0 and c.penalty_coef[0] > 0
+
+
+def test_damping_acts_on_the_change_of_the_error():
+    c = KLSetpointController((0.1, 0.1), KLSetpointConfig(damping=0.2), 0.1, 0.002)
+    c.step(torch.tensor([0.1, 0.1]))  # on target: nothing to damp yet
+    assert c.penalty_coef.tolist() == pytest.approx(c.kl_coef.tolist())
+    c.step(torch.tensor([0.15, 0.06]))  # one KL rising, one falling, both inside the band
+    change = torch.tensor([math.log(1.5), math.log(0.6)])
+    expected = c.kl_coef - c.repulsion + 0.2 * change
+    torch.testing.assert_close(c.penalty_coef, expected)
+    assert c.penalty_coef[0] > c.kl_coef[0] and c.penalty_coef[1] < c.kl_coef[1]
+    c.step(torch.tensor([0.15, 0.06]))  # steady: the derivative term is gone again
+    torch.testing.assert_close(c.penalty_coef, c.kl_coef - c.repulsion)
 
 
 def test_followers_are_independent():
@@ -63,6 +105,7 @@ def test_followers_are_independent():
     b.step(torch.tensor([0.3, 0.2, 5.0]))  # only follower 2's KL differs
     assert torch.equal(a.kl_coef[:2], b.kl_coef[:2])
     assert torch.equal(a.adversarial_coef[:2], b.adversarial_coef[:2])
+    assert torch.equal(a.repulsion[:2], b.repulsion[:2])
     assert b.kl_coef[2] > a.kl_coef[2]
 
 
@@ -72,14 +115,25 @@ def test_bounds_hold_and_are_reached():
         c.step(torch.tensor([10.0, 10.0, 10.0]))
     assert c.kl_coef.tolist() == pytest.approx([1.0] * 3)
     assert c.adversarial_coef.tolist() == pytest.approx([1e-3] * 3)
+    assert c.repulsion.tolist() == [0.0] * 3
     for _ in range(50):
         c.step(torch.zeros(3))
     assert c.kl_coef.tolist() == pytest.approx([0.01] * 3)
     assert c.adversarial_coef.tolist() == pytest.approx([0.05] * 3)
+    assert c.repulsion.tolist() == pytest.approx([0.3] * 3)
     # Initial values outside the bounds start clipped.
     clipped = controller(kl_coef=5.0, adversarial_coef=1.0)
     assert clipped.kl_coef.tolist() == pytest.approx([1.0] * 3)
     assert clipped.adversarial_coef.tolist() == pytest.approx([0.05] * 3)
+
+
+def test_repulsion_off():
+    c = KLSetpointController(
+        (0.1,), KLSetpointConfig(repulsion_eta=0.0, repulsion_max=0.0), 0.1, 0.002
+    )
+    for _ in range(10):
+        c.step(torch.zeros(1))
+    assert c.repulsion.tolist() == [0.0] and c.penalty_coef.tolist() == c.kl_coef.tolist()
 
 
 def test_without_adversarial_reward_only_lambda_moves():
@@ -101,6 +155,8 @@ def test_state_round_trip_continues_exactly():
         b.step(kl)
     assert torch.equal(a.kl_coef, b.kl_coef)
     assert torch.equal(a.adversarial_coef, b.adversarial_coef)
+    assert torch.equal(a.repulsion, b.repulsion) and bool(a.repulsion.any())
+    assert torch.equal(a.penalty_coef, b.penalty_coef)  # the damping's last error came along
     with pytest.raises(ValueError, match="saved KL targets"):
         controller(targets=(0.1, 0.3, 0.5)).load_state_dict(a.state_dict())
 
@@ -110,6 +166,8 @@ def test_bad_settings_are_refused():
         KLSetpointController([0.1, 0.0])
     with pytest.raises(ValueError, match="0 < min <= max"):
         KLSetpointConfig(kl_coef_min=1.0, kl_coef_max=0.1)
+    with pytest.raises(ValueError, match="repulsion_max must be >= 0"):
+        KLSetpointConfig(repulsion_max=-0.1)
     with pytest.raises(ValueError, match="one KL per follower"):
         controller().step(torch.zeros(2))
 
@@ -205,12 +263,15 @@ def test_logged_kl_is_the_exact_kl_on_own_states(tmp_path):
     kl = torch.tensor([scalars["cpo/kl/follower_1"], scalars["cpo/kl/follower_2"]])
     assert scalars["cpo/kl_coef/follower_1"] == pytest.approx(0.1)
     assert scalars["cpo/adversarial_coef/follower_2"] == pytest.approx(0.002)
-    eta = cpo.setpoint.config.eta
-    expected = 0.1 * torch.exp(eta * (kl - 0.2) / 0.2)
     setpoint = cpo.setpoint.config
+    error = (kl / 0.2).log().clamp(-setpoint.max_error, setpoint.max_error)
+    expected = 0.1 * torch.exp(setpoint.eta * error)
     expected = expected.clamp(setpoint.kl_coef_min, setpoint.kl_coef_max)
     torch.testing.assert_close(cpo.setpoint.kl_coef, expected, rtol=1e-4, atol=0)
     torch.testing.assert_close(cpo.awac_scale[1:], expected / 0.1, rtol=1e-4, atol=0)
+    # The losses read lambda - rho (rho > 0 only for a follower below half its target).
+    rho = (-setpoint.repulsion_eta * error * (kl < 0.1)).clamp(0.0, setpoint.repulsion_max)
+    torch.testing.assert_close(cpo.kl_coef[1:], expected - rho, rtol=1e-4, atol=1e-7)
     assert cpo.awac_scale[0] == 1.0
     r.close()
 
@@ -223,7 +284,8 @@ def test_critic_warmup_keeps_the_fixed_coefficients(tmp_path):
     cpo.update(r.storage, critic_only=True)
     assert cpo.coupling_stats["cpo/adversarial_coef/follower_1"] == pytest.approx(0.002)
     for key, value in cpo.setpoint.state_dict().items():
-        assert torch.equal(value, before[key]), key  # no step without actor updates
+        # no step without actor updates (the damping's last error is NaN before the first)
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0, equal_nan=True, msg=key)
     r.collector.collect(r.storage)
     cpo.update(r.storage)
     assert cpo.coupling_stats["cpo/adversarial_coef/follower_1"] == pytest.approx(0.02)
@@ -257,6 +319,7 @@ def test_resume_with_the_set_point_is_exact(tmp_path):
     a, b = straight.algorithm.setpoint, second.algorithm.setpoint
     assert torch.equal(a.log_kl_coef, b.log_kl_coef)
     assert torch.equal(a.log_adversarial_coef, b.log_adversarial_coef)
+    assert torch.equal(a.repulsion, b.repulsion)
     assert not torch.allclose(a.kl_coef, torch.full((2,), 0.1))  # it did move
     for key, points in straight.logger.history.items():
         if key.startswith("cpo/"):

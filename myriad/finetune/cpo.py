@@ -279,7 +279,7 @@ class CPO(SAPG):
             self.adversarial_coef.index_fill_(0, followers, self.cpo.adversarial_coef)
             self.awac_scale.fill_(1.0)
             return
-        self.kl_coef.index_copy_(0, followers, self.setpoint.kl_coef)
+        self.kl_coef.index_copy_(0, followers, self.setpoint.penalty_coef)
         if self.cpo.setpoint.scale_awac:
             self.awac_scale.index_copy_(0, followers, self.setpoint.kl_coef / self.initial_kl_coef)
         adversarial = self.setpoint.adversarial_coef

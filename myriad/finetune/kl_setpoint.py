@@ -3,17 +3,20 @@
 With fixed coefficients a follower's distance to the leader drifts with training: the AWAC pull
 and the KL penalty collapse it onto the leader, or a strong adversarial reward drives it off the
 task. :class:`KLSetpointController` holds each follower's ``D_i = KL(pi_i || pi_L)`` on its own
-rollout states near a target ``delta_i`` by dual ascent on the log of the KL penalty's
-coefficient, and raises the adversarial coefficient while a follower sits below half its
-target (docs/algorithms.md §7):
+rollout states near a target ``delta_i`` (docs/algorithms.md §11): dual ascent on the log of the
+KL penalty's coefficient, and, while a follower sits below ``low * delta_i``, a repulsion that
+turns the penalty into a bonus for moving away from the leader and a larger adversarial
+coefficient:
 
-    e_i = (D_i - delta_i) / delta_i
+    e_i = clip(log(D_i / delta_i), -e_max, e_max)
     log lambda_i <- clip(log lambda_i + eta * e_i, log lambda_min, log lambda_max)
+    rho_i        <- clip(rho_i - eta_rho * e_i, 0, rho_max)
     log c_i      <- clip(log c_i - eta_adv * e_i, log c_min, log c_max)
-                    only when D_i < low * delta_i (c rises) or D_i > delta_i (c decays)
+                    (rho and c: only when D_i < low * delta_i, rising, or D_i > delta_i, falling)
 
-Everything is a tensor over the F followers; one :meth:`KLSetpointController.step` per
-iteration, after the PPO epochs, from the KL of the updated policies.
+The penalty's coefficient in effect is ``lambda_i - rho_i`` (negative: a KL bonus). Everything
+is a tensor over the F followers; one :meth:`KLSetpointController.step` per iteration, after the
+PPO epochs, from the KL of the updated policies.
 """
 
 from __future__ import annotations
@@ -34,12 +37,20 @@ class KLSetpointConfig:
         kl_coef_init: lambda of every follower at the start (None: the fixed mode's, the
             preset's or ``kl_coef``).
         adversarial_coef_init: c at the start (None: ``adversarial_coef``).
-        eta: step of ``log lambda`` per unit of relative KL error ``(D - delta) / delta``.
+        eta: step of ``log lambda`` per unit of KL error ``log(D / delta)``.
+        max_error: the error's clip ``e_max``: one iteration far from the target moves the
+            coefficients no more than one at ``exp(e_max)`` x the target (no wind-up after the
+            large KL of a freshly initialised follower).
         kl_coef_min, kl_coef_max: bounds of lambda.
-        adversarial_eta: step of ``log c`` per unit of relative KL error.
+        repulsion_eta: step of rho per unit of KL error (0 turns the repulsion off).
+        repulsion_max: the ceiling of rho.
+        damping: ``k_d``, the derivative term added to the coefficient in effect, ``k_d (e_t -
+            e_{t-1})``: a KL that rises fast is pulled in before it overshoots, one that falls
+            fast is let go (the derivative term of a PID Lagrangian); 0 turns it off.
+        adversarial_eta: step of ``log c`` per unit of KL error.
         adversarial_coef_min: the floor c decays toward while a follower is above its target.
         adversarial_coef_max: the ceiling of c.
-        low: c rises while ``D < low * delta``.
+        low: rho and c rise while ``D < low * delta``.
         scale_awac: the AWAC pull toward the leader's actions, the other coupling that draws a
             follower in, follows the penalty: follower i's beta is ``beta * lambda_i /
             lambda_init``.
@@ -48,8 +59,12 @@ class KLSetpointConfig:
     kl_coef_init: float | None = None
     adversarial_coef_init: float | None = 0.02
     eta: float = 0.5
+    max_error: float = 2.0
     kl_coef_min: float = 0.01
     kl_coef_max: float = 0.5
+    repulsion_eta: float = 0.05
+    repulsion_max: float = 0.5
+    damping: float = 0.2
     adversarial_eta: float = 0.1
     adversarial_coef_min: float = 0.002
     adversarial_coef_max: float = 0.1
@@ -57,9 +72,12 @@ class KLSetpointConfig:
     scale_awac: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("eta", "adversarial_eta"):
+        for name in ("eta", "adversarial_eta", "max_error"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"setpoint.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("repulsion_eta", "repulsion_max", "damping"):
+            if not float(getattr(self, name)) >= 0:
+                raise ValueError(f"setpoint.{name} must be >= 0, got {getattr(self, name)}")
         for low, high in (
             ("kl_coef_min", "kl_coef_max"),
             ("adversarial_coef_min", "adversarial_coef_max"),
@@ -75,7 +93,7 @@ class KLSetpointConfig:
 
 
 class KLSetpointController:
-    """Per-follower KL penalty and adversarial coefficients driven toward KL targets.
+    """Per-follower KL penalty, repulsion and adversarial coefficients driven toward KL targets.
 
     Args:
         targets: ``[F]`` KL targets ``delta_i`` in nats, all > 0.
@@ -108,6 +126,10 @@ class KLSetpointController:
         self.log_kl_coef = torch.full((f,), math.log(kl_coef), device=device).clamp(
             *self.log_kl_bounds
         )
+        self.repulsion = torch.zeros(f, device=device)
+        # e of the last step (NaN before the first) and its change over that step.
+        self.last_error = torch.full((f,), float("nan"), device=device)
+        self.error_change = torch.zeros(f, device=device)
         self.log_adversarial_coef: torch.Tensor | None = None
         if adversarial_coef is not None:
             self.log_adversarial_coef = torch.full(
@@ -120,8 +142,14 @@ class KLSetpointController:
 
     @property
     def kl_coef(self) -> torch.Tensor:
-        """lambda of every follower, ``[F]``."""
+        """lambda of every follower, ``[F]`` (the pull, > 0)."""
         return self.log_kl_coef.exp()
+
+    @property
+    def penalty_coef(self) -> torch.Tensor:
+        """The KL penalty's coefficient in effect, ``lambda - rho + k_d (e_t - e_{t-1})``,
+        ``[F]`` (< 0: a bonus for moving away from the leader)."""
+        return self.kl_coef - self.repulsion + self.config.damping * self.error_change
 
     @property
     def adversarial_coef(self) -> torch.Tensor | None:
@@ -146,19 +174,29 @@ class KLSetpointController:
                 f"expected one KL per follower, shape {list(self.targets.shape)}, "
                 f"got {list(kl.shape)}"
             )
-        error = (kl - self.targets) / self.targets  # relative error, >= -1
+        # The log-ratio treats "twice too far" and "half too close" alike; the clip keeps one
+        # iteration far off (the large KL of a freshly initialised follower) from winding the
+        # multiplier up for many iterations after.
+        ratio = kl.clamp(min=1e-12) / self.targets
+        error = ratio.log().clamp(-cfg.max_error, cfg.max_error)
+        self.error_change = torch.nan_to_num(error - self.last_error, nan=0.0)
+        self.last_error = error.clone()
         self.log_kl_coef.add_(cfg.eta * error).clamp_(*self.log_kl_bounds)
+        # The pushes away act well below the target and relax above it: inside
+        # [low * delta, delta] the penalty alone settles the distance and they hold still.
+        outside = ((kl < cfg.low * self.targets) | (kl > self.targets)).to(error.dtype)
+        self.repulsion.sub_(cfg.repulsion_eta * error * outside).clamp_(0.0, cfg.repulsion_max)
         if self.log_adversarial_coef is not None:
-            # Raised only well below the target, lowered above it: inside [low * delta, delta]
-            # the penalty alone settles the distance and the adversarial reward holds still.
-            outside = (kl < cfg.low * self.targets) | (kl > self.targets)
-            step = -cfg.adversarial_eta * error * outside.to(error.dtype)
+            step = -cfg.adversarial_eta * error * outside
             self.log_adversarial_coef.add_(step).clamp_(*self.log_adv_bounds)
 
     def state_dict(self) -> dict[str, Any]:
         state = {
             "targets": self.targets.detach().cpu().clone(),
             "log_kl_coef": self.log_kl_coef.detach().cpu().clone(),
+            "repulsion": self.repulsion.detach().cpu().clone(),
+            "last_error": self.last_error.detach().cpu().clone(),
+            "error_change": self.error_change.detach().cpu().clone(),
         }
         if self.log_adversarial_coef is not None:
             state["log_adversarial_coef"] = self.log_adversarial_coef.detach().cpu().clone()
@@ -173,6 +211,10 @@ class KLSetpointController:
                 f"{self.targets.tolist()}"
             )
         self.log_kl_coef.copy_(state["log_kl_coef"])
+        # Checkpoints from before the repulsion and the damping existed resume without them.
+        self.repulsion.copy_(state.get("repulsion", torch.zeros_like(self.repulsion)))
+        self.last_error.copy_(state.get("last_error", torch.full_like(self.last_error, math.nan)))
+        self.error_change.copy_(state.get("error_change", torch.zeros_like(self.error_change)))
         if self.log_adversarial_coef is not None:
             self.log_adversarial_coef.copy_(state["log_adversarial_coef"])
 

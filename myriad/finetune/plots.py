@@ -139,7 +139,8 @@ def kl_setpoint(
 ) -> Path | None:
     """CPO's couplings per follower against iterations: the KL to the leader on the follower's
     own states with its target and the band [0.5, 2] x target (set-point mode), the KL
-    penalty's lambda and the adversarial coefficient (the values each update used). Iterations
+    penalty's coefficient (``lambda - rho``, negative while the set point repels) and the
+    adversarial coefficient (the values each update used). Iterations
     that only fit the critics are shaded. None (nothing written) when no ``cpo/kl`` was logged.
     """
     followers = _followers(history, "cpo/kl")
@@ -165,11 +166,19 @@ def kl_setpoint(
         if adversarial:
             x, y = _series(history, f"cpo/adversarial_coef/follower_{i}", 1)
             axes[2].plot(x, y, color=color, linewidth=1.1)
-    titles = ["KL(follower || leader), own states", "KL penalty lambda", "adversarial c_adv"]
-    for ax, name in zip(axes, titles):
+    titles = [
+        "KL(follower || leader), own states",
+        "KL penalty lambda - rho (< 0: repulsion)",
+        "adversarial c_adv",
+    ]
+    for k, (ax, name) in enumerate(zip(axes, titles)):
         if warmup:
             ax.axvspan(min(warmup) - 0.5, max(warmup) + 0.5, color="0.85", linewidth=0)
-        ax.set_yscale("log")
+        if k == 1:  # the set point's repulsion makes the coefficient negative
+            ax.set_yscale("symlog", linthresh=0.01)
+            ax.axhline(0.0, color="0.5", linewidth=0.6)
+        else:
+            ax.set_yscale("log")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("iteration", fontsize=8)
         ax.tick_params(labelsize=7)
