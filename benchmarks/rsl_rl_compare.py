@@ -8,7 +8,9 @@ runs its own ``OnPolicyRunner.learn`` through :class:`RslRlNavEnv`, a thin adapt
 env to rsl_rl's ``VecEnv``; myriad runs ``RolloutCollector.collect`` + ``PPO.update``, which is
 what its ``OnPolicyRunner.iteration`` does. Timed blocks of iterations alternate between the two
 (A B, then B A, ...) so that the load from other processes on the machine falls on both alike;
-each block's env-steps/s is recorded and the ratio is taken of the medians.
+each block's env-steps/s is recorded and the ratio is taken of the medians. Each block also
+records env-steps per CPU-second of the process (``cpu_ratio``), which the load of other
+processes changes much less than the wall clock.
 
 The same runs give the learning curves (mean return of the episodes finished in each iteration,
 measured identically for both by the adapter and myriad's episode tracker). A second part times
@@ -22,6 +24,10 @@ Advantages are normalised per minibatch in myriad and per rollout in rsl_rl.
 
     .venv/bin/python benchmarks/rsl_rl_compare.py                 # full: threads 1 and 2
     .venv/bin/python benchmarks/rsl_rl_compare.py --quick         # a smoke run
+    .venv/bin/python benchmarks/rsl_rl_compare.py --value-clip 0.2 --threads 1 --skip-population \
+        --out benchmarks/results/rsl_rl_compare_value_clip.json
+    .venv/bin/python benchmarks/rsl_rl_compare.py --skip-rsl-rl \
+        --out benchmarks/results/rsl_rl_compare_sapg.json
 """
 
 from __future__ import annotations
@@ -64,10 +70,11 @@ CLIP = 0.2
 GAMMA = 0.99
 LAM = 0.95
 VALUE_COEF = 1.0
-# myriad clips its value loss in the normalised scale of its value normaliser, rsl_rl in return
-# units; with myriad's default clip (0.2) its PPO does not learn this task in 19 iterations
-# while rsl_rl does (rsl_rl_compare_value_clip.json), so the default run compares learning
-# curves without myriad's value clip (--value-clip 0.2 repeats the other run).
+# myriad clips its value loss in the normalised scale of its value normaliser, rsl_rl (which has
+# none) in return units. The default run (rsl_rl_compare.json) leaves myriad's clip out: it was
+# recorded while the clip's centre still moved with the normaliser's statistics, which stalled
+# myriad's critic on this task. --value-clip 0.2 runs with myriad's default clip, as rsl_rl clips
+# its own (rsl_rl_compare_value_clip.json).
 MYRIAD_VALUE_CLIP: float | None = None
 ENTROPY_COEF = 0.0
 MAX_GRAD_NORM = 1.0
@@ -298,26 +305,33 @@ def interleaved(
 ) -> dict[str, dict[str, Any]]:
     """Time ``repeats`` blocks of ``iterations`` iterations per learner, alternating the order
     (A B, B A, ...), after one warm-up iteration each; returns per learner the steps/s of every
-    block and, per iteration (warm-up included), the mean step reward and episode return."""
+    block (wall clock, and per CPU-second of this process: the latter is the same under the
+    load of other processes with one thread, the former is not) and, per iteration (warm-up
+    included), the mean step reward and episode return."""
     out: dict[str, dict[str, Any]] = {}
     for learner in learners:
         first = learner.run(1)
         out[learner.name] = {
             "steps_per_s": [],
+            "steps_per_cpu_s": [],
             "mean_reward": [r for r, _ in first],
             "episode_return": [e for _, e in first],
         }
     for r in range(repeats):
         for learner in learners if r % 2 == 0 else learners[::-1]:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             curve = learner.run(iterations)
             seconds = time.perf_counter() - start
+            cpu_seconds = time.process_time() - start_cpu
             rec = out[learner.name]
-            rec["steps_per_s"].append(learner.steps_per_iteration * iterations / seconds)
+            steps = learner.steps_per_iteration * iterations
+            rec["steps_per_s"].append(steps / seconds)
+            rec["steps_per_cpu_s"].append(steps / cpu_seconds)
             rec["mean_reward"] += [r for r, _ in curve]
             rec["episode_return"] += [e for _, e in curve]
     for rec in out.values():
         rec["median_steps_per_s"] = statistics.median(rec["steps_per_s"])
+        rec["median_steps_per_cpu_s"] = statistics.median(rec["steps_per_cpu_s"])
     return out
 
 
@@ -338,6 +352,7 @@ def rate_ratio(numerator: dict[str, Any], denominator: dict[str, Any]) -> dict[s
         "block_ratios": [
             a / b for a, b in zip(numerator["steps_per_s"], denominator["steps_per_s"])
         ],
+        "cpu_ratio": numerator["median_steps_per_cpu_s"] / denominator["median_steps_per_cpu_s"],
     }
 
 
@@ -446,24 +461,31 @@ def main(argv: list[str] | None = None) -> int:
         help="myriad's PPO value clip (none, or e.g. 0.2, its library default)",
     )
     ap.add_argument("--skip-population", action="store_true", help="only the rsl_rl comparison")
+    ap.add_argument(
+        "--skip-rsl-rl", action="store_true", help="only the SAPG population against PPO"
+    )
     ap.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     args = ap.parse_args(argv)
     if args.quick:
         args.num_envs, args.repeats, args.iterations, args.threads = 256, 2, 1, [1]
-    try:
-        import rsl_rl  # noqa: F401
-    except ImportError:
-        print(
-            "rsl_rl is not installed: pip install -e '.[bench]' (the rsl-rl-lib package)",
-            file=sys.stderr,
-        )
-        return 2
-    from importlib.metadata import version
+    rsl_rl_version = None
+    if not args.skip_rsl_rl:
+        try:
+            import rsl_rl  # noqa: F401
+        except ImportError:
+            print(
+                "rsl_rl is not installed: pip install -e '.[bench]' (the rsl-rl-lib package)",
+                file=sys.stderr,
+            )
+            return 2
+        from importlib.metadata import version
+
+        rsl_rl_version = version("rsl-rl-lib")
 
     load_start = load_average()
     started = time.perf_counter()
     runs = []
-    for threads in args.threads:
+    for threads in [] if args.skip_rsl_rl else args.threads:
         res = compare_rsl_rl(args.num_envs, threads, args.repeats, args.iterations, args.value_clip)
         print(
             f"{args.num_envs} envs, {threads} thread(s): myriad "
@@ -481,14 +503,15 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{args.num_envs} envs, {threads} thread(s): SAPG-{args.population} "
                 f"{res['sapg']['median_steps_per_s']:,.0f} steps/s, PPO "
-                f"{res['ppo']['median_steps_per_s']:,.0f} steps/s, ratio {res['ratio']:.2f}",
+                f"{res['ppo']['median_steps_per_s']:,.0f} steps/s, ratio {res['ratio']:.2f} "
+                f"(per CPU-second {res['cpu_ratio']:.2f})",
                 flush=True,
             )
             population.append(res)
     payload = {
         "benchmark": "rsl_rl_compare",
         "machine": machine_info("cpu"),
-        "rsl_rl_lib": version("rsl-rl-lib"),
+        "rsl_rl_lib": rsl_rl_version,
         "load_average_start": load_start,
         "load_average_end": load_average(),
         "seconds": time.perf_counter() - started,

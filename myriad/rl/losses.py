@@ -43,8 +43,9 @@ def clipped_value_loss(
     """Per-sample value loss, ``[B]``.
 
     ``max((v - R)^2, (v_old + clip(v - v_old, -c, c) - R)^2)``; plain ``(v - R)^2`` when ``clip``
-    is None. All three inputs must be on the same scale (normalised when value normalisation is
-    on).
+    is None. All three inputs are in the critic's output scale (normalised when value
+    normalisation is on); ``v_old`` is the critic's output when the rollout was collected, so the
+    clip bounds how far an update moves it (:meth:`myriad.rl.PPO.value_loss`).
     """
     loss = (values - returns).square()
     if clip is None:

@@ -51,7 +51,8 @@ class PPOConfig:
         max_grad_norm: global gradient-norm clip.
         desired_kl: target KL of the adaptive schedule.
         schedule: ``"adaptive"`` (KL-driven learning rate) or ``"fixed"``.
-        value_clip: clip range of the value loss around the behaviour values (None: unclipped).
+        value_clip: clip range of the value loss around the behaviour values, in the critic's
+            output scale (normalised returns with value normalisation); None: unclipped.
         advantage_normalization: ``"member"`` (per member, per minibatch), ``"batch"`` or
             ``"none"``.
         member_major: member-major minibatches (model fast path) when the env layout allows.
@@ -146,6 +147,8 @@ class PPO:
         self.set_lr(self.lr)
         self.entropy_coef = torch.zeros(model.num_members, device=model.log_std.device)
         self.set_entropy_coef(self.config.entropy_coef)
+        #: Value-normaliser (mean, std) of the rollout being learned from, set by prepare.
+        self._behaviour_value_stats: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -191,11 +194,16 @@ class PPO:
             )
             storage.advantages.copy_(advantages)
             storage.returns.copy_(returns)
-        if self.model.value_norm is not None:
-            self.model.value_norm.update(storage.returns)
+        vn = self.model.value_norm
+        if vn is not None:
+            # The statistics the rollout's values were de-normalised with: they map the stored
+            # values back to the critics' outputs at collection, the centre of the value clip.
+            self._behaviour_value_stats = (vn.mean.clone(), vn.std.clone())
+            vn.update(storage.returns)
 
     def finish(self, storage: RolloutStorage) -> None:
         """After the epochs: observation statistics from the rollout just learned from."""
+        self._behaviour_value_stats = None
         if self.config.update_obs_norm:
             self.model.update_obs_norm(storage.obs)
 
@@ -217,15 +225,36 @@ class PPO:
         vn = self.model.value_norm
         return v if vn is None else vn.normalize(v)
 
+    def _behaviour_value_scale(self, v: torch.Tensor) -> torch.Tensor:
+        """Stored behaviour values ``[B]`` in the critic's output scale at collection.
+
+        With value normalisation these are the critics' own outputs before the update:
+        normalised with the statistics of the collection, which :meth:`prepare` keeps before it
+        folds in the new returns (outside an update, the current ones). Normalising them with
+        the updated statistics instead would move the clip's centre by the statistics' shift,
+        which the clip then forbids the critic to follow.
+        """
+        if self.model.value_norm is None:
+            return v
+        if self._behaviour_value_stats is None:
+            return self._value_scale(v)
+        mean, std = self._behaviour_value_stats
+        return (v - mean.to(v.dtype)) / std.to(v.dtype)
+
     def clip_range(self, batch: Batch) -> float | torch.Tensor:
         """The ratio clip range of each row: the configured one (PBT gives one per member)."""
         return self.config.clip
 
     def value_loss(self, batch: Batch, evaluation: Evaluation) -> torch.Tensor:
-        """The critics' (clipped) regression loss toward the returns, a scalar."""
+        """The critics' (clipped) regression loss toward the returns, a scalar.
+
+        Predictions and returns are in the current training scale; the clip is centred on the
+        critics' outputs at collection (:meth:`_behaviour_value_scale`), so it bounds how far
+        this update moves each output, as without value normalisation.
+        """
         return clipped_value_loss(
             self._value_scale(evaluation.value),
-            self._value_scale(batch.values),
+            self._behaviour_value_scale(batch.values),
             self._value_scale(batch.returns),
             self.config.value_clip,
         ).mean()
