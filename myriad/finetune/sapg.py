@@ -55,6 +55,31 @@ def transitions(storage: RolloutStorage) -> tuple[torch.Tensor, torch.Tensor]:
     return storage.flat("obs"), storage.flat("next_obs")
 
 
+@torch.no_grad()
+def state_and_next_values(
+    model: PopulationActorCritic, member: int, storage: RolloutStorage
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``member``'s values ``V(s)`` and ``V(s')`` of every step of the rollout, ``[T * E]`` each,
+    time-major (what :func:`transitions` pairs).
+
+    The observation a step reaches is the next step's observation unless the episode ended there
+    (then it is the final observation before the reset), so one critic pass over the states
+    covers all but those steps and the last step's; only they are evaluated again. Which rows
+    repeat is read by comparing the observations bit for bit, whatever the env; selecting the
+    others reads their count from the device (one host sync).
+    """
+    obs, next_obs = transitions(storage)
+    e = storage.num_envs
+    values = model.value(obs, member)
+    repeated = (next_obs[:-e] == obs[e:]).all(dim=1)  # [(T - 1) * E]
+    last = torch.arange(obs.shape[0] - e, obs.shape[0], device=obs.device)
+    others = torch.cat([torch.nonzero(~repeated).squeeze(1), last])
+    next_values = torch.empty_like(values)
+    next_values[:-e] = values[e:]
+    next_values.index_copy_(0, others, model.value(next_obs.index_select(0, others), member))
+    return values, next_values
+
+
 def critic_scale(model: PopulationActorCritic, values: torch.Tensor) -> torch.Tensor:
     """Values in the scale the critics are trained in (normalised when value normalisation is
     on), like the PPO value loss."""
@@ -267,11 +292,11 @@ class SAPG(FinetuneAlgorithm):
 
     @torch.no_grad()
     def _leader_targets(self, storage: RolloutStorage) -> None:
-        obs, next_obs = transitions(storage)
+        values, next_values = state_and_next_values(self.model, self.leader, storage)
         advantage, target = one_step_td(
             storage.rewards.reshape(-1),
-            self.model.value(obs, self.leader),
-            self.model.value(next_obs, self.leader),
+            values,
+            next_values,
             storage.terminated.reshape(-1),
             self.config.gamma,
         )

@@ -1,0 +1,179 @@
+"""SAPG's leader targets from one critic pass over the states: the same targets and updates.
+
+:meth:`SAPG.prepare` computes the leader's one-step targets ``r + gamma V_L(s')`` with
+:func:`~myriad.finetune.sapg.state_and_next_values`, which evaluates ``V_L(s')`` only where
+``s'`` is not the next step's ``s`` (episode ends, the last step). The reference values below were
+recorded with the two full critic passes (``V_L`` over every ``s``, then over every ``s'``) on
+the same seeds, before that change.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from myriad.envs import make
+from myriad.finetune.losses import one_step_td
+from myriad.finetune.sapg import SAPG, SAPGConfig, state_and_next_values, transitions
+from myriad.nn import PopulationActorCritic
+from myriad.rl import PPOConfig, RolloutCollector, RolloutStorage
+from myriad.utils.seeding import make_generator, seed_everything
+
+# (envs, steps, off_policy_value): 1,024 rows in one chunk of the MLP, and 5,120 rows in two,
+# with the leader critic's fit on follower data on. Episodes of at most 12 steps started at
+# random phases: 92 and 434 episode ends in the first rollouts.
+CASES = ((64, 16, False), (128, 40, True))
+
+# Recorded from the two-pass targets: sums of the advantages and targets after the first
+# prepare (signed, absolute).
+TARGET_SUMS = {
+    (64, 16, False): (-491.7250831127167, 535.3125503063202, -2730.701481103897),
+    (128, 40, True): (-2450.6720938682556, 2698.404456138611, -15008.325352668762),
+}
+# ... and after two iterations of collect + update: the update's mean stats and the sum of every
+# parameter.
+STATS = {
+    (64, 16, False): {
+        "loss": 1.4189503192901611,
+        "policy_loss": -0.0015555403660982847,
+        "value_loss": 0.931408703327179,
+        "off_policy_loss": 0.4962015151977539,
+        "leader_ess": 0.9977760314941406,
+        "kl": 8.081767009571195e-05,
+    },
+    (128, 40, True): {
+        "loss": 1.5141111612319946,
+        "policy_loss": -0.001237952383235097,
+        "value_loss": 0.93388831615448,
+        "off_policy_loss": 0.47075703740119934,
+        "leader_ess": 0.9985151290893555,
+        "kl": 8.133050869219005e-05,
+        "off_policy_value_loss": 0.1178082823753357,
+    },
+}
+PARAM_SUMS = {
+    (64, 16, False): {
+        "log_std": 0.011201333429198712,
+        "actor.trunk.0.weight": -0.1856016836827621,
+        "actor.trunk.0.bias": 0.004819461144506931,
+        "actor.trunk.2.weight": -4.3332035357598215,
+        "actor.trunk.2.bias": 0.02432980336016044,
+        "actor.head.weight": 0.04200213337026071,
+        "actor.head.bias": 0.011348054744303226,
+        "critic.trunk.0.weight": -2.8956150516169146,
+        "critic.trunk.0.bias": 0.0581090041087009,
+        "critic.trunk.2.weight": -0.16709865484153852,
+        "critic.trunk.2.bias": 0.0022660702816210687,
+        "critic.head.weight": -0.28425421321298927,
+        "critic.head.bias": -0.01393256988376379,
+    },
+    (128, 40, True): {
+        "log_std": 0.0069139319530222565,
+        "actor.trunk.0.weight": -0.0494862170307897,
+        "actor.trunk.0.bias": 0.03782439883798361,
+        "actor.trunk.2.weight": -4.146541056339629,
+        "actor.trunk.2.bias": 0.040339015307836235,
+        "actor.head.weight": 0.05006436810072046,
+        "actor.head.bias": 0.010813217144459486,
+        "critic.trunk.0.weight": -2.8898099083453417,
+        "critic.trunk.0.bias": 0.004343083535786718,
+        "critic.trunk.2.weight": -0.30720031188684516,
+        "critic.trunk.2.bias": -0.03459440288133919,
+        "critic.head.weight": -0.3339221855858341,
+        "critic.head.bias": -0.021576562663540244,
+    },
+}
+
+
+def setup(
+    num_envs: int, num_steps: int, fit_value: bool, seed: int = 0
+) -> tuple[PopulationActorCritic, SAPG, RolloutCollector, RolloutStorage]:
+    seed_everything(seed)
+    env = make("nav-empty", num_envs, "cpu", task="dense", max_episode_steps=12)
+    model = PopulationActorCritic(
+        env.obs_dim, env.action_dim, 4, actor_hidden=(32, 32), critic_hidden=(32, 32)
+    )
+    algo = SAPG(
+        model,
+        # A fixed rate: the adaptive one branches on each minibatch's KL.
+        PPOConfig(schedule="fixed", lr=1e-3, epochs=2, minibatches=2),
+        SAPGConfig(off_policy_value=fit_value),
+        generator=make_generator(seed + 1, "cpu"),
+    )
+    collector = RolloutCollector(
+        env, model, generator=make_generator(seed, "cpu"), store_transitions=True
+    )
+    storage = collector.make_storage(num_steps)
+    collector.reset(seed)
+    env.randomize_episode_progress()  # type: ignore[attr-defined]
+    return model, algo, collector, storage
+
+
+def two_pass_targets(
+    model: PopulationActorCritic, storage: RolloutStorage, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The leader's one-step advantages and targets from a critic pass over every ``s`` and
+    another over every ``s'``, ``[T * E]`` each."""
+    obs, next_obs = transitions(storage)
+    with torch.no_grad():
+        return one_step_td(
+            storage.rewards.reshape(-1),
+            model.value(obs, 0),
+            model.value(next_obs, 0),
+            storage.terminated.reshape(-1),
+            gamma,
+        )
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_leader_targets_match_two_critic_passes(case):
+    model, algo, collector, storage = setup(*case)
+    collector.collect(storage)
+    ends = int(storage.dones.sum())
+    assert 0 < ends < storage.dones.numel()  # both kinds of rows occur
+    algo.prepare(storage)
+    advantage, target = two_pass_targets(model, storage, algo.config.gamma)
+    torch.testing.assert_close(storage.flat("leader_td_advantage"), advantage)
+    torch.testing.assert_close(storage.flat("leader_td_target"), target)
+    adv = storage.flat("leader_td_advantage").double()
+    total = float(storage.flat("leader_td_target").double().sum())
+    actual = (float(adv.sum()), float(adv.abs().sum()), total)
+    assert actual == pytest.approx(TARGET_SUMS[case], rel=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_updates_match_the_recorded_two_pass_updates(case):
+    model, algo, collector, storage = setup(*case)
+    for _ in range(2):
+        collector.collect(storage)
+        stats = algo.update(storage)
+    for key, value in STATS[case].items():
+        assert stats[key] == pytest.approx(value, rel=1e-4, abs=1e-7), key
+    for name, param in model.named_parameters():
+        total = float(param.detach().double().sum())
+        assert total == pytest.approx(PARAM_SUMS[case][name], rel=1e-4, abs=1e-6), name
+
+
+def test_next_values_where_no_observation_repeats():
+    # Random next observations: every s' is evaluated on its own.
+    seed_everything(5)
+    model = PopulationActorCritic(3, 1, 2, critic_hidden=(8,))
+    member = torch.tensor([0, 1, 1, 0])
+    storage = RolloutStorage(3, member, 3, 1)
+    storage.register_field("next_obs", (3,))
+    for _ in range(3):
+        storage.add(
+            obs=torch.randn(4, 3),
+            actions=torch.randn(4, 1),
+            log_prob=torch.randn(4),
+            value=torch.randn(4),
+            reward=torch.randn(4),
+            terminated=torch.zeros(4, dtype=torch.bool),
+            truncated=torch.zeros(4, dtype=torch.bool),
+            next_obs=torch.randn(4, 3),
+        )
+    obs, next_obs = transitions(storage)
+    values, next_values = state_and_next_values(model, 1, storage)
+    with torch.no_grad():
+        torch.testing.assert_close(values, model.value(obs, 1))
+        torch.testing.assert_close(next_values, model.value(next_obs, 1))
