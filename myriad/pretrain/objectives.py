@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +108,15 @@ class EntropyMeasurement:
             ``min_distance``. Bounded environments stack states exactly (a point mass pushed
             into a corner); without a resolution, each exact duplicate adds ``p log 1e-8`` to
             the estimate and drowns the signal.
+
+    Attributes:
+        concurrent: on CPU, run the per-member search in a second thread while the pooled one
+            runs. The two are independent, and each spends part of its time in single-threaded
+            steps (finding the distinct states, expanding copies) that the other's tree queries
+            can overlap; the results are the same either way.
     """
+
+    concurrent: bool = True
 
     def __init__(
         self, k: int, num_members: int, dim: int, backend: str = "auto", min_distance: float = 1e-3
@@ -128,8 +137,16 @@ class EntropyMeasurement:
         self.normalizer.to(x.device)
         scaled = self.normalizer.scale(x).contiguous()
         k, m, p = self.k, self.num_members, self.dim
-        pooled = self.search(scaled, k)
-        grouped = pooled if m == 1 else self.search.grouped(scaled, k, num_groups=m)
+        if m == 1:
+            pooled = grouped = self.search(scaled, k)
+        elif self.concurrent and scaled.device.type == "cpu":
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                members = pool.submit(self.search.grouped, scaled, k, num_groups=m)
+                pooled = self.search(scaled, k)
+                grouped = members.result()
+        else:
+            pooled = self.search(scaled, k)
+            grouped = self.search.grouped(scaled, k, num_groups=m)
         log_scale = float(torch.log(self.normalizer.std).sum())
         entropy = population_entropy_from_distances(
             pooled.distances[:, k - 1],

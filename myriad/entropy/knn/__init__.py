@@ -15,11 +15,15 @@ Modules:
 - :mod:`~myriad.entropy.knn.grouping`: :class:`GroupLayout`, where each group's points are.
 - :mod:`~myriad.entropy.knn.neighbors`: :class:`Neighbors`, input checks, exact re-ranking.
 - :mod:`~myriad.entropy.knn.pq`: the 4-bit quantiser of ``"faiss-pq"``.
+- :mod:`~myriad.entropy.knn.multiset`: search among the distinct points of a set with exact
+  duplicates, and the expansion of each neighbour into its copies (the kd-tree's path).
 - :mod:`~myriad.entropy.knn.backends`: one module per backend, registered by name in
   :data:`REGISTRY`:
 
 ``"kdtree"``
-    scipy ``cKDTree`` (``workers=-1``). Exact; the fastest choice on CPU in low dimension.
+    scipy ``cKDTree`` (``workers=-1``). Exact; the fastest choice on CPU in low dimension. The
+    tree holds the distinct points only (a cluster of identical states would be one leaf that
+    every query reaching it scans) and queries are answered in the tree's spatial order.
 ``"faiss"``
     exact brute force. On CUDA tensors with faiss-gpu installed, ``faiss.knn_gpu`` reads the torch
     tensors in place (``faiss.contrib.torch_utils``); otherwise CPU ``faiss.knn``.

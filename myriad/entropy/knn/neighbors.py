@@ -70,6 +70,17 @@ def drop_self(
     remaining ones are then still neighbours other than the point itself.
     """
     n, c = idx.shape
+    # Exact search ranks a point first among its own results unless it has duplicates at
+    # distance 0: those rows alone go through the general path, the rest lose their first column
+    # (a gather over every row is a visible part of a low-dimensional kd-tree search).
+    first = idx[:, 0] == self_index
+    if bool(first.all()):
+        return dist[:, 1:], idx[:, 1:]
+    if n > 0 and bool(first.any()):
+        rows = torch.nonzero(~first).flatten()
+        out_d, out_i = dist[:, 1:].clone(), idx[:, 1:].clone()
+        out_d[rows], out_i[rows] = drop_self(dist[rows], idx[rows], self_index[rows])
+        return out_d, out_i
     is_self = idx == self_index[:, None]
     found = is_self.any(dim=1)
     pos = torch.where(found, is_self.to(torch.uint8).argmax(dim=1), c - 1)
