@@ -183,11 +183,14 @@ def test_layouts_that_do_not_shard_are_refused_in_one_line():
         RankGroup.launch("cpu", {"WORLD_SIZE": "2"})
 
 
-def test_finetune_under_torchrun_is_refused_in_one_line(monkeypatch, capsys):
+def test_a_rank_without_torchrun_is_refused_in_one_line(monkeypatch, capsys):
+    # WORLD_SIZE alone (no torchrun): finetuning, sharded like pretraining, says how to launch.
     monkeypatch.setenv("WORLD_SIZE", "2")
+    for var in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
     assert main(["finetune", "--algo", "ppo"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "does not shard over torchrun ranks" in err
+    assert "\n" not in err and "start the ranks with torchrun" in err
 
 
 # ------------------------------------------------------------------ run by torchrun as a script

@@ -3,8 +3,9 @@ population, train, evaluate the leader, report where the results are."""
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,19 @@ from myriad.nn.population import check_population
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import ConfigError, compose, resumed_config
 from myriad.utils.logging import print_report
+
+#: The package that runs finetuning on the ranks of a ``torchrun`` launch. It sits above
+#: finetuning (it extends the runner), so it is imported by name on the first launch and
+#: installs its entry point with :func:`set_rank_launcher`.
+RANKS_MODULE = "myriad.distributed.torchdist"
+_rank_launcher: Callable[..., dict[str, Any]] | None = None
+
+
+def set_rank_launcher(launcher: Callable[..., dict[str, Any]]) -> None:
+    """Install what :func:`finetune` runs on a rank of a ``torchrun`` launch:
+    ``launcher(algo, overrides, init, resume, run_dir, quiet, overwrite) -> summary``."""
+    global _rank_launcher
+    _rank_launcher = launcher
 
 
 def _algo_override(overrides: Sequence[str]) -> str | None:
@@ -88,11 +102,12 @@ def finetune(
     """
     from myriad.finetune.runner import FinetuneRunner
 
-    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # torchrun: not sharded (distributed.md)
-        raise ConfigError(
-            "myriad finetune does not shard over torchrun ranks: run it in one process (it "
-            "starts from a sharded pretraining run with --init like from any other)"
-        )
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # a rank of a torchrun launch
+        if _rank_launcher is None:
+            importlib.import_module(RANKS_MODULE)  # installs its launcher
+        if _rank_launcher is None:
+            raise RuntimeError(f"{RANKS_MODULE} did not install a rank launcher")
+        return _rank_launcher(algo, overrides, init, resume, run_dir, quiet, overwrite)
     cfg = resolve_config(algo, overrides, init, resume)
     check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
     summary, folder = train_in_folder(

@@ -24,7 +24,8 @@ from myriad.finetune.init import InitReport, initialise
 from myriad.finetune.plots import kl_heatmap, kl_setpoint, overview
 from myriad.finetune.route_plots import route_map
 from myriad.finetune.tracking import CollectorState, member_scalars
-from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
+from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings, whole_run
+from myriad.rl.storage import RolloutStorage
 from myriad.utils.checkpoint import latest_checkpoint
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import stream_seed
@@ -59,7 +60,7 @@ class FinetuneRunner(OnPolicyRunner):
     algorithm: FinetuneAlgorithm
 
     def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
-        setup = population_setup(cfg)
+        setup = population_setup(cfg, self.env_shard)
         check_task(setup.env)
         cfg = setup.config
         self.seed = setup.seed
@@ -71,8 +72,8 @@ class FinetuneRunner(OnPolicyRunner):
             cfg,
             run_dir,
             num_steps=int(cfg["num_steps"]),
-            seed=self.seed,
-            member=setup.member,
+            seed=setup.env_seed,
+            member=setup.member[setup.envs],
             store_transitions=algorithm.needs_transitions,
             desync=bool(cfg.get("desync_episodes", True)),
             **runner_settings(cfg),
@@ -100,6 +101,11 @@ class FinetuneRunner(OnPolicyRunner):
         self.robustness: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------- set-up
+
+    def env_shard(self, num_envs: int, num_members: int, seed: int) -> tuple[slice, int]:
+        """The envs this process steps and their seed: all of them here (torchrun ranks step
+        their members' share)."""
+        return whole_run(num_envs, num_members, seed)
 
     def make_env(self, num_envs: int, **overrides: Any) -> VecEnv:
         """The configured task env with ``num_envs`` envs (``overrides`` on its options)."""
@@ -137,10 +143,15 @@ class FinetuneRunner(OnPolicyRunner):
             return 0
         return int((self.config.get("init") or {}).get("critic_warmup", 0))
 
-    def iteration(self) -> dict[str, float]:
+    def collect(self) -> RolloutStorage:
+        """This iteration's rollout of every env, the one the update learns from."""
         self.collector.collect(self.storage)
+        return self.storage
+
+    def iteration(self) -> dict[str, float]:
+        rollout = self.collect()
         critic_only = self.iteration_count < self.critic_warmup
-        stats = self.algorithm.update(self.storage, critic_only=critic_only)
+        stats = self.algorithm.update(rollout, critic_only=critic_only)
         out: dict[str, float] = {f"train/{k}": v for k, v in stats.items()}
         out["train/critic_only"] = float(critic_only)
         episodes = self.collector.episodes
@@ -149,7 +160,7 @@ class FinetuneRunner(OnPolicyRunner):
         out.update(self.algorithm.end_iteration(sums.returns, sums.counts))
         leader = self.leader
         out.update(member_scalars(sums, leader, episodes.has_success, self.model.num_members <= 16))
-        out.update(self.diagnostics(self.model, self.storage, leader))
+        out.update(self.diagnostics(self.model, rollout, leader))
         every = int(self.config["eval"]["every"])
         if every and (self.iteration_count + 1) % every == 0:
             out.update(self.evaluate_leader(int(self.config["eval"]["episodes"])))

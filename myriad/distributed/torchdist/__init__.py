@@ -1,13 +1,21 @@
 """Populations sharded over the ranks of a ``torchrun`` launch (torch.distributed; NCCL on GPUs,
 gloo on CPUs). ``torchrun --nproc_per_node=R -m myriad pretrain ...`` runs
-:func:`pretrain_on_ranks` on every rank; see docs/distributed.md.
+:func:`pretrain_on_ranks` on every rank, ``... -m myriad finetune ...`` :func:`finetune_on_ranks`;
+see docs/distributed.md.
 
 - :class:`RankGroup`: the launch, the member and env shard of each rank, the collectives.
 - :class:`ShardedPretrainRunner`: K-Myriad pretraining on one rank.
+- :class:`ShardedFinetuneRunner`: finetuning on one rank (the rollout gathered, the update
+  replicated).
 - :class:`RankEntropyMeasurement`: the population's k-NN measurement from every rank's features.
 - :class:`GradientAverager`, :class:`RankMeanStd`: what keeps the replicated model identical.
 """
 
+from myriad.distributed.torchdist.finetune import (
+    ShardedFinetuneRunner,
+    check_finetune_launch,
+    finetune_on_ranks,
+)
 from myriad.distributed.torchdist.group import (
     RankGroup,
     check_sharding,
@@ -19,28 +27,38 @@ from myriad.distributed.torchdist.pretrain import (
     check_launch,
     pretrain_on_ranks,
 )
+from myriad.distributed.torchdist.rollout import gather_rollout, rollout_like
+from myriad.distributed.torchdist.runner import train_on_ranks
 from myriad.distributed.torchdist.sync import (
     GradientAverager,
     RankMeanStd,
     SummedEpisodeTracker,
     replica_difference,
 )
-from myriad.pretrain.api import set_rank_launcher
+from myriad.finetune.api import set_rank_launcher as set_finetune_launcher
+from myriad.pretrain.api import set_rank_launcher as set_pretrain_launcher
 
-# pretrain() hands a rank of a torchrun launch to pretrain_on_ranks (pretraining does not import
-# this package, which sits above it).
-set_rank_launcher(pretrain_on_ranks)
+# pretrain() and finetune() hand a rank of a torchrun launch to pretrain_on_ranks and
+# finetune_on_ranks (neither imports this package, which sits above them).
+set_pretrain_launcher(pretrain_on_ranks)
+set_finetune_launcher(finetune_on_ranks)
 
 __all__ = [
     "GradientAverager",
     "RankEntropyMeasurement",
     "RankGroup",
     "RankMeanStd",
+    "ShardedFinetuneRunner",
     "ShardedPretrainRunner",
     "SummedEpisodeTracker",
+    "check_finetune_launch",
     "check_launch",
     "check_sharding",
+    "finetune_on_ranks",
+    "gather_rollout",
     "launched_world_size",
     "pretrain_on_ranks",
     "replica_difference",
+    "rollout_like",
+    "train_on_ranks",
 ]

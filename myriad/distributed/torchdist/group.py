@@ -15,6 +15,7 @@ single-process layout exactly.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -95,7 +96,7 @@ class RankGroup:
         if missing:
             raise ConfigError(
                 f"WORLD_SIZE is set but {', '.join(missing)} are not: start the ranks with "
-                "torchrun (torchrun --nproc_per_node=N -m myriad pretrain ...)"
+                "torchrun (torchrun --nproc_per_node=N -m myriad pretrain|finetune ...)"
             )
         rank, world, local = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"])
         target = torch.device(device)
@@ -123,6 +124,11 @@ class RankGroup:
             # aborted now and then (std::terminate at exit, about 1 run in 10 on 2 ranks).
             dist.barrier()
             dist.destroy_process_group()
+            # An object in a reference cycle can keep the gloo group alive until the interpreter
+            # shuts down, where its worker threads abort the process (std::terminate; 3 of 20
+            # finetuning runs on 2 ranks without this collection, none of 20 with it): collect it
+            # while the interpreter still runs.
+            gc.collect()
 
     # ---------------------------------------------------------------- layout
 
@@ -142,6 +148,22 @@ class RankGroup:
         members = self.member_shard(num_members)
         per_member = num_envs // num_members
         return slice(members.start * per_member, members.stop * per_member)
+
+    def env_block(self, num_envs: int) -> slice:
+        """The ``r``-th of ``R`` equal contiguous blocks of the run's envs: this rank's members'
+        envs when ``R`` divides the population (:meth:`env_shard`), else a share of a member's
+        envs (one policy over all envs: ``population.size=1``).
+
+        Raises:
+            ConfigError: ``num_envs`` is not a multiple of ``world_size``.
+        """
+        if num_envs % self.world_size:
+            raise ConfigError(
+                f"num_envs={num_envs} does not split over {self.world_size} torchrun ranks: use "
+                f"a multiple of {self.world_size}"
+            )
+        per_rank = num_envs // self.world_size
+        return slice(self.rank * per_rank, (self.rank + 1) * per_rank)
 
     def stream_seed(self, seed: int) -> int:
         """The seed of this rank's env resets and action sampling: shard ``rank`` of ``seed`` as

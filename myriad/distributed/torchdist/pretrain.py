@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from myriad.distributed.torchdist.group import RankGroup, check_sharding, launched_world_size
+from myriad.distributed.torchdist.group import RankGroup, check_sharding
 from myriad.distributed.torchdist.measure import RankEntropyMeasurement
-from myriad.distributed.torchdist.runner import RankLocalState, RankRunnerMixin
+from myriad.distributed.torchdist.runner import RankLocalState, RankRunnerMixin, train_on_ranks
 from myriad.distributed.torchdist.sync import (
     GradientAverager,
     SummedEpisodeTracker,
@@ -149,45 +149,22 @@ def pretrain_on_ranks(
     """:func:`myriad.pretrain.pretrain` on this rank of a ``torchrun`` launch (same arguments
     and result; rank 0 chooses the run folder and prints the report)."""
     from myriad.pretrain.api import report, resolve_config
-    from myriad.rl.runner import build_runner, run_to_completion, set_torch_threads
-    from myriad.utils.config import output_folder
 
-    try:
+    def configure(world_size: int) -> dict[str, Any]:
         cfg = resolve_config(overrides, resume)
-        check_launch(cfg, launched_world_size())
-    except Exception:
-        _quiet_unless_writer()  # the same error on every rank: rank 0 reports it
-        raise
-    ranks = RankGroup.launch(str(cfg["device"]))
-    claimed: tuple[Path | None, BaseException | None] = (None, None)
-    if ranks.is_writer:
-        try:
-            name = str(cfg["env"]["name"])
-            claimed = (output_folder("pretrain", name, cfg, resume, run_dir, overwrite), None)
-        except Exception as exc:  # every rank stops; rank 0 says why
-            claimed = (None, exc)
-    folder, error = ranks.broadcast_object(claimed)
-    if error is not None:
-        ranks.close()
-        _quiet_unless_writer()
-        raise error
-    set_torch_threads(cfg)
-    runner = build_runner(
-        lambda f: ShardedPretrainRunner(cfg, f, ranks),
-        folder,
-        new_run=resume is None and ranks.is_writer,
+        check_launch(cfg, world_size)
+        return cfg
+
+    summary, folder, ranks = train_on_ranks(
+        "pretrain",
+        configure,
+        lambda cfg: str(cfg["env"]["name"]),
+        ShardedPretrainRunner,
+        resume=resume,
+        run_dir=run_dir,
+        overwrite=overwrite,
     )
-    # After a failure on some ranks the others may be inside a collective: the group is left
-    # to the end of the process (torchrun stops the other ranks when one exits with an error).
-    summary = run_to_completion(runner, int(cfg["iterations"]), resume)
     if ranks.is_writer and not quiet:
         report(summary, folder)
     ranks.close()
     return summary
-
-
-def _quiet_unless_writer() -> None:
-    """End a rank other than 0 with status 2 and no message, for an error every rank hit alike
-    (a bad config, a taken run folder): the user reads it once, from rank 0."""
-    if os.environ.get("RANK", "0") != "0":
-        raise SystemExit(2)

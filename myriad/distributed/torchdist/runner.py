@@ -6,21 +6,38 @@ rank 0 holding the replicated state once and, under its ``collector`` entry, the
 rank's envs, observations, episode sums and random generators (gathered at save time); on
 resume each rank takes its own entry back. A checkpoint records how many processes wrote it and
 is resumed with as many (:class:`~myriad.rl.runner.RunnerBase` refuses otherwise).
+
+:func:`train_on_ranks` is a whole run on one rank: rank 0 claims the run folder, every rank
+builds its runner, trains and finishes, rank 0 reports.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from myriad.distributed.torchdist.group import RankGroup
+from myriad.distributed.torchdist.group import RankGroup, launched_world_size
 from myriad.distributed.torchdist.sync import replica_difference
-from myriad.rl.collector import RolloutCollector
-from myriad.rl.runner import RunnerBase
+from myriad.rl.runner import (
+    RunnerBase,
+    build_runner,
+    run_to_completion,
+    set_torch_threads,
+)
 from myriad.utils.checkpoint import CheckpointError, capture_rng_state, restore_rng_state
+from myriad.utils.config import output_folder
 from myriad.utils.logging import ScalarLogger
+
+
+class Stateful(Protocol):
+    """What a checkpoint entry provides."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class HistoryOnlyLogger(ScalarLogger):
@@ -38,14 +55,15 @@ class HistoryOnlyLogger(ScalarLogger):
 
 class RankLocalState:
     """Checkpoint entry of what differs between ranks: the collector (envs, observations,
-    episode sums, sampling generator) and the global random generators.
+    episode sums, sampling generator; or the checkpoint entry that wraps it) and the global
+    random generators.
 
     ``state_dict`` is a collective (every rank calls it; rank 0 receives every rank's state);
     ``load_state_dict`` takes this rank's entry and keeps its generators for :meth:`restore_rng`,
     which the runner calls after the base class has restored rank 0's.
     """
 
-    def __init__(self, ranks: RankGroup, collector: RolloutCollector) -> None:
+    def __init__(self, ranks: RankGroup, collector: Stateful) -> None:
         self.ranks, self.collector = ranks, collector
         self._pending_rng: dict[str, Any] | None = None
 
@@ -129,3 +147,66 @@ class RankRunnerMixin:
         source = super().resume(path)  # type: ignore[misc]
         self.rank_state.restore_rng()
         return source
+
+
+def quiet_unless_writer() -> None:
+    """End a rank other than 0 with status 2 and no message, for an error every rank hit alike
+    (a bad config, a taken run folder): the user reads it once, from rank 0."""
+    if os.environ.get("RANK", "0") != "0":
+        raise SystemExit(2)
+
+
+def train_on_ranks(
+    kind: str,
+    configure: Callable[[int], dict[str, Any]],
+    name: Callable[[Mapping[str, Any]], str],
+    factory: Callable[[Mapping[str, Any], Path, RankGroup], RunnerBase],
+    *,
+    resume: str | os.PathLike[str] | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    start: Callable[[Any], Any] | None = None,
+) -> tuple[dict[str, Any], Path, RankGroup]:
+    """A whole run on this rank of a ``torchrun`` launch, as
+    :func:`~myriad.rl.runner.train_in_folder` in one process.
+
+    Args:
+        kind: ``"pretrain"`` or ``"finetune"`` (the default run folder's parent).
+        configure: ``configure(world_size) -> config``; raises on what the launch cannot run
+            (every rank alike, so rank 0 alone reports it).
+        name: the default run folder's name from the config.
+        factory: ``factory(config, folder, ranks)`` builds this rank's runner.
+        resume, run_dir, overwrite: as for ``train_in_folder``.
+        start: called with the runner of a new run before training (``--init``).
+
+    Returns:
+        Rank 0's summary (on every rank), the run folder and the process group, which the
+        caller closes once it has reported.
+    """
+    try:
+        cfg = configure(launched_world_size())
+    except Exception:
+        quiet_unless_writer()  # the same error on every rank: rank 0 reports it
+        raise
+    ranks = RankGroup.launch(str(cfg["device"]))
+    claimed: tuple[Path | None, BaseException | None] = (None, None)
+    if ranks.is_writer:
+        try:
+            claimed = (output_folder(kind, name(cfg), cfg, resume, run_dir, overwrite), None)
+        except Exception as exc:  # every rank stops; rank 0 says why
+            claimed = (None, exc)
+    folder, error = ranks.broadcast_object(claimed)
+    if error is not None:
+        ranks.close()
+        quiet_unless_writer()
+        raise error
+    set_torch_threads(cfg)
+    runner = build_runner(
+        lambda f: factory(cfg, f, ranks),
+        folder,
+        new_run=resume is None and ranks.is_writer,
+    )
+    # After a failure on some ranks the others may be inside a collective: the group is left
+    # to the end of the process (torchrun stops the other ranks when one exits with an error).
+    summary = run_to_completion(runner, int(cfg["iterations"]), resume, start)
+    return summary, folder, ranks

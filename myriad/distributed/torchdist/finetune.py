@@ -1,0 +1,160 @@
+"""Finetuning (PPO, SAPG, CPO, PBT) over the ranks of a ``torchrun`` launch (docs/distributed.md).
+
+Every rank holds the whole population and the whole algorithm (optimiser, discriminator, KL set
+point, PBT's hyperparameters) and steps the envs of its members only. Per iteration:
+
+1. collect ``T`` steps of its own envs;
+2. gather the rollouts of all ranks (:func:`~myriad.distributed.torchdist.rollout.gather_rollout`),
+   so every rank holds the storage one process would have filled;
+3. run the algorithm's update on it, as one process does: the couplings that read rows of
+   several members (the leader's transitions in CPO's advantage-weighted pull and SAPG's
+   off-policy loss on the followers' rows, the discriminator over every member's samples, the
+   per-follower KL of the set point) find them all locally, and every rank takes the same step;
+4. sum the finished episodes over the ranks (the member returns PBT ranks by, the logged
+   success rates).
+
+The update is therefore replicated, not split: what sharding saves is the collection (env steps
+and the policy's forward passes). The evaluations during training run on every rank (equal
+replicas, envs seeded alike: equal scalars, nothing sent); rank 0 alone runs the final one and
+writes the run folder and its one checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from myriad.distributed.torchdist.group import RankGroup, check_sharding
+from myriad.distributed.torchdist.rollout import gather_rollout, rollout_like
+from myriad.distributed.torchdist.runner import RankLocalState, RankRunnerMixin, train_on_ranks
+from myriad.distributed.torchdist.sync import SummedEpisodeTracker, broadcast_module_
+from myriad.finetune.init import InitReport
+from myriad.finetune.runner import FinetuneRunner
+from myriad.finetune.tracking import CollectorState
+from myriad.nn.population import block_members
+from myriad.rl.storage import RolloutStorage
+from myriad.utils.config import ConfigError
+
+
+def check_finetune_launch(cfg: Mapping[str, Any], world_size: int) -> None:
+    """Refuse, before anything is built, what a sharded finetuning cannot run.
+
+    A population of one policy (``algo=ppo``) splits its envs over the ranks; a larger one
+    splits its members, whole.
+
+    Raises:
+        ConfigError: members (or, for one policy, envs) that do not split over the ranks, or
+            Ray env workers combined with ranks.
+    """
+    size, num_envs = int(cfg["population"]["size"]), int(cfg["num_envs"])
+    if size > 1:
+        check_sharding(size, world_size)
+    elif num_envs % world_size:
+        raise ConfigError(
+            f"num_envs={num_envs} does not split over {world_size} torchrun ranks: use a "
+            f"multiple of {world_size}"
+        )
+    if cfg.get("distributed"):
+        raise ConfigError(
+            "distributed=local|cluster (envs on Ray workers) and torchrun ranks do not combine: "
+            "drop distributed= or launch without torchrun"
+        )
+
+
+class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
+    """:class:`~myriad.finetune.runner.FinetuneRunner` on one rank of a launch.
+
+    Args:
+        cfg: the run's resolved config (the same on every rank).
+        run_dir: the run folder (chosen by rank 0).
+        ranks: the process group.
+    """
+
+    def __init__(
+        self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
+    ) -> None:
+        check_finetune_launch(cfg, ranks.world_size)
+        self.ranks = ranks
+        super().__init__(cfg, run_dir)
+        self.setup_ranks()
+        # Seeded alike, the replicas start equal; the broadcasts make sure of it (an env that
+        # draws from the global generator while it is built draws per env, so per rank).
+        broadcast_module_(self.model, ranks)
+        if not ranks.is_writer:
+            self.algorithm.load_state_dict(ranks.broadcast_object(None))
+        else:
+            ranks.broadcast_object(self.algorithm.state_dict())
+        self.collector.episodes = SummedEpisodeTracker(self.collector.episodes, ranks)
+        self.rank_state = RankLocalState(ranks, CollectorState(self.collector))
+        num_envs = int(self.config["num_envs"])
+        member = block_members(num_envs, self.model.num_members, self.env.device)
+        #: This rank's share of each rollout ``[T, E/R]``; ``storage`` is the whole ``[T, E]``.
+        self.local_storage = self.storage
+        self.storage = rollout_like(self.local_storage, member)
+        if not ranks.is_writer:
+            self.videos = None
+
+    # -- the rank's share --------------------------------------------------------------------
+    def env_shard(self, num_envs: int, num_members: int, seed: int) -> tuple[slice, int]:
+        # Equal contiguous blocks: whole members when the ranks divide the population.
+        return self.ranks.env_block(num_envs), self.ranks.stream_seed(seed)
+
+    def collect(self) -> RolloutStorage:
+        """This rank's envs' rollout, then every rank's, in the run's layout."""
+        self.collector.collect(self.local_storage)
+        gather_rollout(self.ranks, self.local_storage, self.storage)
+        return self.storage
+
+    def initialise(self, source: str | os.PathLike[str]) -> InitReport:
+        """``--init`` on every rank (the ranking's evaluation is seeded alike), then rank 0's
+        population and report on every rank."""
+        report = super().initialise(source)
+        broadcast_module_(self.model, self.ranks)
+        self.init_report = self.ranks.broadcast_object(report)
+        return self.init_report
+
+    def state_objects(self) -> dict[str, Any]:
+        return {**super().state_objects(), "collector": self.rank_state}
+
+    def finish(self) -> dict[str, Any]:
+        """Rank 0's final evaluation, plots and summary; the summary on every rank."""
+        summary = super().finish() if self.ranks.is_writer else None
+        return dict(self.ranks.broadcast_object(summary))
+
+
+def finetune_on_ranks(
+    algo: str | None = None,
+    overrides: Sequence[str] = (),
+    init: str | Path | None = None,
+    resume: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    quiet: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """:func:`myriad.finetune.finetune` on this rank of a ``torchrun`` launch (same arguments
+    and result; rank 0 chooses the run folder and prints the report)."""
+    from myriad.finetune.api import report, resolve_config
+    from myriad.nn.population import check_population
+
+    def configure(world_size: int) -> dict[str, Any]:
+        cfg = resolve_config(algo, overrides, init, resume)
+        check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
+        check_finetune_launch(cfg, world_size)
+        return cfg
+
+    summary, folder, ranks = train_on_ranks(
+        "finetune",
+        configure,
+        lambda cfg: f"{cfg['algo']['name']}-{cfg['env']['name']}",
+        ShardedFinetuneRunner,
+        resume=resume,
+        run_dir=run_dir,
+        overwrite=overwrite,
+        start=(lambda r: r.initialise(r.config["init"]["source"])) if init is not None else None,
+    )
+    if ranks.is_writer and not quiet:
+        report(summary, folder)
+    ranks.close()
+    return summary
