@@ -393,27 +393,42 @@ def maze_pretraining(tmp_path_factory: pytest.TempPathFactory):
     return folder
 
 
-@pytest.mark.parametrize("target", [0.1, 0.5])
-def test_followers_stay_near_their_target_on_the_maze(maze_pretraining, tmp_path, target):
+def _maze_follower_kl(pretraining, folder, target: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Followers' KL ``[I, F]`` per iteration: the controller's and the diagnostics' sample."""
     summary = finetune(
         "cpo",
         [*SMALL_FINETUNE, f"algo.kl_target={target}"],
-        init=maze_pretraining,
-        run_dir=tmp_path / "finetune",
+        init=pretraining,
+        run_dir=folder,
         quiet=True,
     )
     history = load_checkpoint(summary["checkpoint"])["logger"]["history"]
-    kl = torch.tensor(
-        [[v for _, v in history[f"cpo/kl/follower_{i}"]] for i in (1, 2, 3)]
-    ).t()  # [I, F]
-    assert kl.shape == (40, 3)
-    inside = fraction_in_band(kl[SETTLE:], torch.full((3,), target))
-    # At this scale (64 envs per member, members 8 iterations apart) the KL swings more than
-    # on the full maze run, where benchmarks/cpo_setpoint.py checks 80% per follower.
-    assert float(inside.mean()) >= 0.8 and (inside >= 0.75).all(), inside.tolist()
-    assert 0.5 * target <= float(kl[SETTLE:].median()) <= 2.0 * target
-    # The diagnostics' sample of the same states tells the same story.
-    sampled = torch.tensor(
-        [[v for _, v in history[f"kl_to_leader/on_own_states/member_{i}"]] for i in (1, 2, 3)]
-    ).t()
-    torch.testing.assert_close(sampled, kl, rtol=0.5, atol=0.02)
+
+    def series(key: str) -> torch.Tensor:
+        return torch.tensor([[v for _, v in history[key.format(i)]] for i in (1, 2, 3)]).t()
+
+    return series("cpo/kl/follower_{}"), series("kl_to_leader/on_own_states/member_{}")
+
+
+def test_followers_are_held_near_their_target_on_the_maze(maze_pretraining, tmp_path):
+    """Targets 0.1 and 0.5 at small scale. At this scale (64 envs per member, members 8
+    pretraining iterations apart) the KL swings more than on the full maze run, where
+    benchmarks/cpo_setpoint.py measures the 80%-per-follower criterion (docs/finetune.md); here
+    each follower must sit in the band most of the time and the two targets must give two
+    clearly different distances."""
+    medians = {}
+    for target in (0.1, 0.5):
+        kl, sampled = _maze_follower_kl(maze_pretraining, tmp_path / f"kl{target}", target)
+        assert kl.shape == (40, 3)
+        scored = kl[SETTLE:]
+        inside = fraction_in_band(scored, torch.full((3,), target))
+        assert float(inside.mean()) >= 0.65 and (inside >= 0.5).all(), (target, inside.tolist())
+        per_follower = scored.median(dim=0).values
+        assert bool(((per_follower >= 0.5 * target) & (per_follower <= 2 * target)).all()), (
+            target,
+            per_follower.tolist(),
+        )
+        medians[target] = float(scored.median())
+        # The diagnostics' sample of the same states tells the same story.
+        torch.testing.assert_close(sampled, kl, rtol=0.5, atol=0.02)
+    assert medians[0.5] >= 2.5 * medians[0.1], medians
