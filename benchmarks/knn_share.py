@@ -46,6 +46,7 @@ from myriad.entropy import KNNSearch, Neighbors
 from myriad.entropy.knn import REGISTRY, SearchBackend, SearchOptions
 from myriad.entropy.knn.grouping import GroupLayout
 from myriad.entropy.knn.multiset import DistinctRows
+from myriad.entropy.knn.neighbors import drop_self_anywhere
 from myriad.pretrain.api import resolve_config
 from myriad.pretrain.objectives import EntropyMeasurement, Measurement, env_major
 from myriad.pretrain.runner import PretrainRunner
@@ -61,19 +62,6 @@ OVERRIDES = [
 ]
 BRUTE_FORCE_QUERIES = 2048
 VARIANTS = ("before", "after")
-
-
-def legacy_drop_self(
-    dist: torch.Tensor, idx: torch.Tensor, self_index: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The previous ``drop_self``: one gather over every row."""
-    n, c = idx.shape
-    is_self = idx == self_index[:, None]
-    found = is_self.any(dim=1)
-    pos = torch.where(found, is_self.to(torch.uint8).argmax(dim=1), c - 1)
-    cols = torch.arange(c - 1, device=idx.device).expand(n, c - 1)
-    cols = cols + (cols >= pos[:, None]).to(cols.dtype)
-    return dist.gather(1, cols), idx.gather(1, cols)
 
 
 class LegacyKDTree(SearchBackend):
@@ -94,7 +82,7 @@ class LegacyKDTree(SearchBackend):
         dist = torch.from_numpy(np.asarray(found_d, dtype=np.float32).reshape(len(qry), kk))
         idx = torch.from_numpy(np.asarray(found_i, dtype=np.int64).reshape(len(qry), kk))
         if self_query:
-            dist, idx = legacy_drop_self(dist, idx, torch.arange(len(qry)))
+            dist, idx = drop_self_anywhere(dist, idx, torch.arange(len(qry)))
         return Neighbors(dist[:, :k].contiguous(), idx[:, :k].contiguous())
 
     def grouped(
@@ -111,7 +99,9 @@ class LegacyKDTree(SearchBackend):
             d, i = cKDTree(block).query(block, k=k + 1, workers=-1)
             dist[s : s + m] = np.asarray(d).reshape(m, k + 1)
             idx[s : s + m] = np.asarray(i).reshape(m, k + 1) + s
-        d_t, i_t = legacy_drop_self(torch.from_numpy(dist), torch.from_numpy(idx), torch.arange(n))
+        d_t, i_t = drop_self_anywhere(
+            torch.from_numpy(dist), torch.from_numpy(idx), torch.arange(n)
+        )
         return layout.unsort(d_t, i_t)
 
 

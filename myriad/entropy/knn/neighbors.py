@@ -69,7 +69,7 @@ def drop_self(
     distance 0, or an approximate index that missed it), the last column is dropped instead: the
     remaining ones are then still neighbours other than the point itself.
     """
-    n, c = idx.shape
+    n = idx.shape[0]
     # Exact search ranks a point first among its own results unless it has duplicates at
     # distance 0: those rows alone go through the general path, the rest lose their first column
     # (a gather over every row is a visible part of a low-dimensional kd-tree search).
@@ -81,6 +81,15 @@ def drop_self(
         out_d, out_i = dist[:, 1:].clone(), idx[:, 1:].clone()
         out_d[rows], out_i[rows] = drop_self(dist[rows], idx[rows], self_index[rows])
         return out_d, out_i
+    return drop_self_anywhere(dist, idx, self_index)
+
+
+def drop_self_anywhere(
+    dist: torch.Tensor, idx: torch.Tensor, self_index: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`drop_self` for rows whose own index may sit in any column: one gather over every
+    row of ``[n, c]`` (the last column is dropped where the index is absent)."""
+    n, c = idx.shape
     is_self = idx == self_index[:, None]
     found = is_self.any(dim=1)
     pos = torch.where(found, is_self.to(torch.uint8).argmax(dim=1), c - 1)
