@@ -92,9 +92,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(*args: str, ranks: int = 2) -> None:
-    """``ranks`` ranks (or, with 1, a plain process) on this machine."""
+def _launch(*args: str, ranks: int = 2, kill_at: str | None = None) -> None:
+    """``ranks`` ranks (or, with 1, a plain process) on this machine; with ``kill_at`` the
+    ranks run with ``MYRIAD_KILL_AT=kill_at`` and the launch must end killed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    if kill_at is not None:
+        env["MYRIAD_KILL_AT"] = kill_at
     env.pop("WORLD_SIZE", None)
     launcher = [
         "torch.distributed.run",
@@ -106,6 +109,9 @@ def _launch(*args: str, ranks: int = 2) -> None:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     # The ranks' own tracebacks (torchrun's report of the failure follows them).
     lines = [line for line in done.stderr.splitlines() if line.startswith("[rank")]
+    if kill_at is not None:
+        assert done.returncode != 0, "the fault point was never reached"
+        return
     assert done.returncode == 0, "\n".join(lines[-60:]) or done.stderr[-3000:]
 
 
@@ -174,6 +180,27 @@ def test_same_rollout_same_update_and_resume_is_exact(two_ranks, tmp_path):
         a["state"]["algorithm"]["discriminator"]["net"]["net.0.weight"],
         b["state"]["algorithm"]["discriminator"]["net"]["net.0.weight"],
     )
+    for key, points in a["logger"]["history"].items():
+        if not key.startswith("perf/"):
+            assert points == b["logger"]["history"][key], key
+
+
+def test_killed_after_a_checkpoint_resumes_to_the_uninterrupted_run(
+    two_ranks, tiny_pretrain, tmp_path
+):
+    """SIGKILL (the fault point, no timing) right after the first checkpoint of a two-rank run
+    is written; resuming on two ranks ends where the uninterrupted launch ended."""
+    run = tmp_path / "killed"
+    overrides = [o for o in TINY if not o.startswith(("population.actor", "population.critic"))]
+    overrides += ["init.episodes=2", "init.critic_warmup=1"]
+    args = ["finetune", "--algo", "cpo", "--init", str(tiny_pretrain.path), "--run-dir", str(run)]
+    _launch("-m", "myriad", *args, *overrides, kill_at="checkpoint.saved:1")
+    assert sorted(p.name for p in (run / "checkpoints").glob("*.pt")) == ["iter_000002.pt"]
+    assert not (run / "summary.json").exists()
+    _launch("-m", "myriad", "finetune", "--resume", str(run))
+    a, b = _checkpoint(two_ranks, 4), _checkpoint(run, 4)
+    for key, value in a["state"]["model"].items():
+        assert torch.equal(value, b["state"]["model"][key]), key
     for key, points in a["logger"]["history"].items():
         if not key.startswith("perf/"):
             assert points == b["logger"]["history"][key], key
