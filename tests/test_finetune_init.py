@@ -133,7 +133,10 @@ def test_space_mismatch_lists_what_differs(tmp_path):
 def test_init_takes_the_architecture_and_refuses_overriding_it(tmp_path, population):
     run, _ = pretrained_run(tmp_path, {"name": "nav-maze", "options": {}}, population)
     cfg = resolve_config("sapg", ["num_envs=16", "population.size=2"], init=run)
-    assert cfg["population"] == {"size": 2, **ARCHITECTURE}
+    # The value statistics' scope is the finetuning run's own (not architecture).
+    assert cfg["population"] == {"size": 2, "value_stats": "member", **ARCHITECTURE}
+    shared = resolve_config("sapg", ["population.value_stats=shared"], init=run)
+    assert shared["population"]["value_stats"] == "shared"
     assert cfg["init"]["source"].endswith("iter_000002.pt")
     with pytest.raises(InitError, match=re.escape("drop population.parameterization=independent")):
         resolve_config("pbt", ["population.parameterization=independent"], init=run)

@@ -31,7 +31,7 @@ def make_model(parameterization: str, members: int = M, **options) -> Population
     # Non-trivial observation and value statistics, so normalisation is exercised too.
     model.update_obs_norm(torch.randn(64, OBS) * 3 + 1)
     if model.value_norm is not None:
-        model.value_norm.update(torch.randn(64) * 5 - 2)
+        model.value_norm.update(torch.randn(64) * 5 - 2, torch.arange(64) % members)
     with torch.no_grad():
         model.log_std.copy_(torch.randn(members, ACT) * 0.3)
     return model

@@ -90,8 +90,15 @@ def setup(
 ) -> tuple[PopulationActorCritic, SAPG, RolloutCollector, RolloutStorage]:
     seed_everything(seed)
     env = make("nav-empty", num_envs, "cpu", task="dense", max_episode_steps=12)
+    # One return statistic for the population: the figures were recorded with it (the one-pass
+    # and two-pass targets agree under either scope; the first assertions check that).
     model = PopulationActorCritic(
-        env.obs_dim, env.action_dim, 4, actor_hidden=(32, 32), critic_hidden=(32, 32)
+        env.obs_dim,
+        env.action_dim,
+        4,
+        actor_hidden=(32, 32),
+        critic_hidden=(32, 32),
+        value_stats="shared",
     )
     algo = SAPG(
         model,

@@ -62,16 +62,21 @@ def test_clip_is_inactive_before_the_critic_moves_whatever_the_statistics_update
     model, _, storage = rollout()
     vn = model.value_norm
     assert vn is not None
-    before = vn.normalize(storage.values)  # the critics' outputs at collection
+    rows = storage.member.expand_as(storage.values)
+    before = vn.normalize(storage.values, rows)  # the critics' outputs at collection
     ppo = PPO(model, PPOConfig(value_clip=0.2))
     ppo.prepare(storage)
     # The update moved the statistics far: normalised with them, the stored values sit well
     # outside the clip range of the critics' unchanged outputs.
-    assert (vn.normalize(storage.values) - before).abs().mean() > 1.0
+    assert (vn.normalize(storage.values, rows) - before).abs().mean() > 1.0
     batch = whole_batch(storage)
     evaluation = ppo.evaluate(batch)
     clipped = ppo.value_loss(batch, evaluation)
-    plain = (vn.normalize(evaluation.value) - vn.normalize(batch.returns)).square().mean()
+    plain = (
+        (vn.normalize(evaluation.value, batch.member) - vn.normalize(batch.returns, batch.member))
+        .square()
+        .mean()
+    )
     torch.testing.assert_close(clipped, plain)
     for a, b in zip(critic_grads(model, clipped), critic_grads(model, plain)):
         torch.testing.assert_close(a, b)
@@ -81,22 +86,22 @@ def test_clip_is_centred_on_the_critics_outputs_at_collection():
     model, _, storage = rollout(1)
     vn = model.value_norm
     assert vn is not None
-    centre = vn.normalize(storage.values)
+    centre = vn.normalize(storage.values, storage.member.expand_as(storage.values))
     ppo = PPO(model, PPOConfig(value_clip=0.2))
     ppo.prepare(storage)
     batch = whole_batch(storage)
     old = centre.reshape(-1)[batch.index]
-    returns = vn.normalize(batch.returns)
+    returns = vn.normalize(batch.returns, batch.member)
     bias = critic_bias(model)
     for shift in (0.1, -0.15, 0.5, -0.7):  # inside and outside the clip range, both ways
         with torch.no_grad():
             bias.add_(shift)
         value = ppo.evaluate(batch).value
-        expected = clipped_value_loss(vn.normalize(value), old, returns, 0.2).mean()
+        expected = clipped_value_loss(vn.normalize(value, batch.member), old, returns, 0.2).mean()
         torch.testing.assert_close(ppo.value_loss(batch, ppo.evaluate(batch)), expected)
         if abs(shift) <= 0.2:
             # Within the clip range of the centre: the clipped loss is the plain one.
-            plain = (vn.normalize(value) - returns).square().mean()
+            plain = (vn.normalize(value, batch.member) - returns).square().mean()
             torch.testing.assert_close(ppo.value_loss(batch, ppo.evaluate(batch)), plain)
         with torch.no_grad():
             bias.sub_(shift)
@@ -112,7 +117,11 @@ def test_outside_an_update_the_centre_uses_the_current_statistics():
     storage.compute_returns(0.99, 0.95)
     batch = whole_batch(storage)
     evaluation = ppo.evaluate(batch)
-    plain = (vn.normalize(evaluation.value) - vn.normalize(batch.returns)).square().mean()
+    plain = (
+        (vn.normalize(evaluation.value, batch.member) - vn.normalize(batch.returns, batch.member))
+        .square()
+        .mean()
+    )
     torch.testing.assert_close(ppo.value_loss(batch, evaluation), plain)
 
 

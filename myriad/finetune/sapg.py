@@ -80,10 +80,12 @@ def state_and_next_values(
     return values, next_values
 
 
-def critic_scale(model: PopulationActorCritic, values: torch.Tensor) -> torch.Tensor:
-    """Values in the scale the critics are trained in (normalised when value normalisation is
-    on), like the PPO value loss."""
-    return values if model.value_norm is None else model.value_norm.normalize(values)
+def critic_scale(
+    model: PopulationActorCritic, values: torch.Tensor, member: torch.Tensor | int
+) -> torch.Tensor:
+    """Values ``[N]`` of ``member``'s critic in the scale it is trained in (normalised with that
+    member's statistics when value normalisation is on), like the PPO value loss."""
+    return values if model.value_norm is None else model.value_norm.normalize(values, member)
 
 
 @dataclass
@@ -188,7 +190,10 @@ class LeaderOffPolicyTerm:
         if leader_eval is not None:
             target = rows.take(batch.extras["leader_td_target"])
             value_loss = rows.mean(
-                (critic_scale(model, leader_eval.value) - critic_scale(model, target)).square()
+                (
+                    critic_scale(model, leader_eval.value, self.leader)
+                    - critic_scale(model, target, self.leader)
+                ).square()
             )
             loss = loss + cfg.value_coef * value_loss
             stats["off_policy_value_loss"] = value_loss.detach()

@@ -46,10 +46,15 @@ from myriad.nn.distributions import (
 from myriad.nn.linear import Linear, batched_linear, linear
 from myriad.nn.mlp import MLP
 from myriad.utils.config import ConfigError
-from myriad.utils.running_stats import RunningMeanStd
+from myriad.utils.running_stats import GroupMeanStd, RunningMeanStd
 from myriad.utils.settings import field_names, from_config
 
 PARAMETERIZATIONS = ("shared_trunk", "embedding", "independent")
+#: Scopes of the return statistics of value normalisation (``PopulationConfig.value_stats``).
+VALUE_STATS = ("member", "shared")
+#: Config fields that may differ between two populations whose members are loaded into each
+#: other (besides ``size``): the value statistics are mapped, not copied.
+LOADABLE_DIFFERENCES = ("size", "value_stats")
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "elu": nn.ELU,
@@ -377,6 +382,10 @@ class PopulationConfig:
         obs_clip: normalised observations are clamped to ``[-obs_clip, obs_clip]``.
         normalize_value: the critics predict returns normalised by running statistics of the
             returns; public methods give values in return units.
+        value_stats: ``"member"``: each member's returns have their own statistics, so members
+            paid different rewards do not rescale each other's value targets; ``"shared"``: one
+            statistic for the whole population. Not part of the architecture: ``--init`` and
+            :meth:`PopulationActorCritic.load_members` map either onto the other.
     """
 
     obs_dim: int
@@ -392,6 +401,7 @@ class PopulationConfig:
     normalize_obs: bool = True
     obs_clip: float = 10.0
     normalize_value: bool = True
+    value_stats: str = "member"
 
     def __post_init__(self) -> None:
         # Configs often arrive as lists (YAML); tuples keep the dataclass hashable and comparable.
@@ -402,6 +412,10 @@ class PopulationConfig:
             raise ValueError(
                 f"unknown parameterization {self.parameterization!r}; "
                 f"choose one of {', '.join(PARAMETERIZATIONS)}"
+            )
+        if self.value_stats not in VALUE_STATS:
+            raise ValueError(
+                f"unknown value_stats {self.value_stats!r}; choose one of {', '.join(VALUE_STATS)}"
             )
         if self.activation not in ACTIVATIONS:
             raise ValueError(
@@ -486,7 +500,8 @@ class PopulationActorCritic(nn.Module):
         self.obs_norm = (
             RunningMeanStd(cfg.obs_dim, clip=cfg.obs_clip) if cfg.normalize_obs else None
         )
-        self.value_norm = RunningMeanStd((), clip=None) if cfg.normalize_value else None
+        value_groups = cfg.size if cfg.value_stats == "member" else 1
+        self.value_norm = GroupMeanStd(value_groups) if cfg.normalize_value else None
 
     @classmethod
     def from_config(cls, config: PopulationConfig) -> PopulationActorCritic:
@@ -523,8 +538,8 @@ class PopulationActorCritic(nn.Module):
             return log_std.unsqueeze(1).expand(m, n // m, -1).reshape(n, -1)
         return log_std[member]
 
-    def _denormalize_value(self, v: torch.Tensor) -> torch.Tensor:
-        return v if self.value_norm is None else self.value_norm.denormalize(v)
+    def _denormalize_value(self, v: torch.Tensor, member: Member) -> torch.Tensor:
+        return v if self.value_norm is None else self.value_norm.denormalize(v, member)
 
     def _policy(
         self, x: torch.Tensor, member: Member, blocked: bool
@@ -533,7 +548,8 @@ class PopulationActorCritic(nn.Module):
         return mean, self._log_std_rows(x.shape[0], member, blocked)
 
     def _value(self, x: torch.Tensor, member: Member, blocked: bool) -> torch.Tensor:
-        return self._denormalize_value(self._run_net(self.critic, x, member, blocked).squeeze(-1))
+        value = self._run_net(self.critic, x, member, blocked).squeeze(-1)
+        return self._denormalize_value(value, member)
 
     # ---------------------------------------------------------------- public API
 
@@ -635,9 +651,10 @@ class PopulationActorCritic(nn.Module):
     ) -> None:
         """Copy the parameters (log std included) of members ``src`` into members ``dst``.
 
-        Shared parameters are untouched (they are already common). With ``optimizer``, the
-        per-parameter optimiser state rows (for example Adam's moments) are copied as well, so a
-        replaced member continues exactly like its source. ``src`` and ``dst`` may be lists of
+        Shared parameters are untouched (they are already common); per-member value statistics
+        are copied with the critic. With ``optimizer``, the per-parameter optimiser state rows
+        (for example Adam's moments) are copied as well, so a replaced member continues exactly
+        like its source. ``src`` and ``dst`` may be lists of
         equal length for several copies at once (the PBT exploit step).
         """
         src_t = torch.as_tensor(src, dtype=torch.long, device=self.log_std.device)
@@ -651,14 +668,17 @@ class PopulationActorCritic(nn.Module):
             for value in optimizer.state.get(p, {}).values():
                 if isinstance(value, torch.Tensor) and value.shape == p.shape:
                     value[dst_t] = value[src_t].clone()
+        if self.value_norm is not None:
+            self.value_norm.copy_groups(src_t, dst_t)
 
     def compatibility(self, other: PopulationActorCritic) -> list[str]:
-        """Config fields, other than ``size``, in which ``other`` differs from this one."""
+        """Config fields, other than :data:`LOADABLE_DIFFERENCES`, in which ``other`` differs
+        from this one."""
         a, b = self.config.to_dict(), other.config.to_dict()
         return [
             f"{k}: {b[k]!r} (source) vs {a[k]!r} (target)"
             for k in a
-            if k != "size" and a[k] != b[k]
+            if k not in LOADABLE_DIFFERENCES and a[k] != b[k]
         ]
 
     @torch.no_grad()
@@ -671,7 +691,9 @@ class PopulationActorCritic(nn.Module):
         """Load members ``indices`` of ``source`` into members ``into`` (default ``0..k-1``).
 
         Shared parameters and normalisers are copied from ``source`` too, because the loaded
-        members' heads are only meaningful on top of them.
+        members' heads are only meaningful on top of them. Per-member value statistics follow
+        their members; shared ones are given to every loaded member (and the reverse: a
+        shared target takes the first loaded member's).
 
         Raises:
             ValueError: the two populations differ in architecture (message lists the fields),
@@ -693,9 +715,16 @@ class PopulationActorCritic(nn.Module):
         device = self.log_std.device
         src_idx = torch.as_tensor(list(indices), dtype=torch.long)
         dst_idx = torch.as_tensor(into, dtype=torch.long, device=device)
+        src_value_groups = source.value_norm.groups if source.value_norm is not None else 1
         for key, tensor in self.state_dict().items():
             value = src_state[key]
-            if key in member_keys:
+            if key.startswith("value_norm."):
+                rows = src_idx if src_value_groups > 1 else torch.zeros_like(src_idx)
+                if tensor.numel() > 1:
+                    tensor[dst_idx] = value[rows.to(value.device)].to(tensor)
+                else:
+                    tensor.copy_(value[rows[:1].to(value.device)].to(tensor))
+            elif key in member_keys:
                 tensor[dst_idx] = value[src_idx.to(value.device)].to(tensor)
             else:
                 tensor.copy_(value)
@@ -719,7 +748,9 @@ LEGACY_KEYS: dict[str, tuple[str, ...]] = {
 #: The fields of a population config that define its architecture: everything but the size and
 #: the env's sizes. ``--init`` takes them from the pretrained population.
 ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
-    name for name in field_names(PopulationConfig) if name not in ("obs_dim", "action_dim", "size")
+    name
+    for name in field_names(PopulationConfig)
+    if name not in ("obs_dim", "action_dim", *LOADABLE_DIFFERENCES)
 )
 
 

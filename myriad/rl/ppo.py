@@ -199,7 +199,7 @@ class PPO:
             # The statistics the rollout's values were de-normalised with: they map the stored
             # values back to the critics' outputs at collection, the centre of the value clip.
             self._behaviour_value_stats = (vn.mean.clone(), vn.std.clone())
-            vn.update(storage.returns)
+            vn.update(storage.returns, storage.member.expand_as(storage.returns))
 
     def finish(self, storage: RolloutStorage) -> None:
         """After the epochs: observation statistics from the rollout just learned from."""
@@ -220,13 +220,15 @@ class PPO:
             batch.advantages, member, batch.num_members, blocked=batch.blocked
         )
 
-    def _value_scale(self, v: torch.Tensor) -> torch.Tensor:
-        """Values in the critic's training scale (normalised when value normalisation is on)."""
+    def _value_scale(self, v: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
+        """Values ``[B]`` of rows of ``member [B]`` in the critics' training scale (normalised
+        with each member's statistics when value normalisation is on)."""
         vn = self.model.value_norm
-        return v if vn is None else vn.normalize(v)
+        return v if vn is None else vn.normalize(v, member)
 
-    def _behaviour_value_scale(self, v: torch.Tensor) -> torch.Tensor:
-        """Stored behaviour values ``[B]`` in the critic's output scale at collection.
+    def _behaviour_value_scale(self, v: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
+        """Stored behaviour values ``[B]`` (rows of ``member [B]``) in the critic's output scale
+        at collection.
 
         With value normalisation these are the critics' own outputs before the update:
         normalised with the statistics of the collection, which :meth:`prepare` keeps before it
@@ -237,9 +239,10 @@ class PPO:
         if self.model.value_norm is None:
             return v
         if self._behaviour_value_stats is None:
-            return self._value_scale(v)
-        mean, std = self._behaviour_value_stats
-        return (v - mean.to(v.dtype)) / std.to(v.dtype)
+            return self._value_scale(v, member)
+        group = self.model.value_norm.group_of(member)
+        mean, std = (s.to(v.dtype)[group] for s in self._behaviour_value_stats)
+        return (v - mean) / std
 
     def clip_range(self, batch: Batch) -> float | torch.Tensor:
         """The ratio clip range of each row: the configured one (PBT gives one per member)."""
@@ -253,9 +256,9 @@ class PPO:
         this update moves each output, as without value normalisation.
         """
         return clipped_value_loss(
-            self._value_scale(evaluation.value),
-            self._behaviour_value_scale(batch.values),
-            self._value_scale(batch.returns),
+            self._value_scale(evaluation.value, batch.member),
+            self._behaviour_value_scale(batch.values, batch.member),
+            self._value_scale(batch.returns, batch.member),
             self.config.value_clip,
         ).mean()
 

@@ -17,7 +17,7 @@ from torch import nn
 from myriad.distributed.torchdist.group import RankGroup
 from myriad.nn.population import PopulationActorCritic
 from myriad.rl.collector import EpisodeSums, EpisodeTracker
-from myriad.utils.running_stats import RunningMeanStd
+from myriad.utils.running_stats import GroupMeanStd, RunningMeanStd, merge_moments
 
 
 class GradientAverager:
@@ -58,6 +58,19 @@ class GradientAverager:
             stats[key] = value.to(stats[key].dtype)
 
 
+def merge_rank_moments(
+    ranks: RankGroup, count: torch.Tensor, mean: torch.Tensor, var: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every rank's batch moments (``count``, ``mean``, ``var``: one shape on all ranks) merged
+    in rank order (Chan et al.): the moments of the concatenated batch, on every rank."""
+    local = torch.stack([count.expand_as(mean), mean, var]).to(torch.float64)
+    moments = ranks.all_gather_cat(local.unsqueeze(0), dim=0)  # [R, 3, ...]
+    merged = (moments[0, 0], moments[0, 1], moments[0, 2])
+    for row in moments[1:]:
+        merged = merge_moments(*merged, row[0], row[1], row[2])
+    return merged
+
+
 class RankMeanStd(RunningMeanStd):
     """A :class:`RunningMeanStd` whose ``update`` folds in the batches of all ranks at once.
 
@@ -77,49 +90,50 @@ class RankMeanStd(RunningMeanStd):
     def update(self, x: torch.Tensor) -> None:
         x = x.detach().reshape(-1, *self.mean.shape).to(torch.float64)
         n = x.shape[0]
-        local = torch.zeros(1 + 2 * self.mean.numel(), dtype=torch.float64, device=x.device)
-        local[0] = n
-        if n:
-            local[1 : 1 + self.mean.numel()] = x.mean(dim=0).reshape(-1)
-            local[1 + self.mean.numel() :] = x.var(dim=0, unbiased=False).reshape(-1)
-        moments = self.ranks.all_gather_cat(local.unsqueeze(0), dim=0)  # [R, 1 + 2d]
-        count = moments[0, 0]
-        mean = moments[0, 1 : 1 + self.mean.numel()]
-        m2 = moments[0, 1 + self.mean.numel() :] * count
-        for row in moments[1:]:
-            c = row[0]
-            if c == 0:
-                continue
-            total = count + c
-            delta = row[1 : 1 + self.mean.numel()] - mean
-            mean = mean + delta * (c / total)
-            m2 = m2 + row[1 + self.mean.numel() :] * c + delta.square() * (count * c / total)
-            count = total
-        if count == 0:
+        zeros = torch.zeros_like(self.mean, device=x.device)
+        count = torch.full_like(zeros, float(n))
+        mean = x.mean(dim=0) if n else zeros
+        var = x.var(dim=0, unbiased=False) if n else zeros
+        count, mean, var = merge_rank_moments(self.ranks, count, mean, var)
+        rows = count.reshape(-1)[0]  # every feature counts the same rows
+        if rows == 0:
             return
-        batch_mean = mean.reshape(self.mean.shape).to(self.mean.device)
-        batch_var = (m2 / count).reshape(self.mean.shape).to(self.mean.device)
-        count = count.to(self.count.device)
-        # The fold of RunningMeanStd.update, with the merged batch.
-        delta = batch_mean - self.mean
-        total = self.count + count
-        new_mean = self.mean + delta * (count / total)
-        new_m2 = (
-            self.var * self.count
-            + batch_var * count
-            + delta.square() * (self.count * count / total)
+        total, new_mean, new_var = merge_moments(
+            self.count,
+            self.mean,
+            self.var,
+            rows.to(self.count),
+            mean.to(self.mean),
+            var.to(self.mean),
         )
         self.mean.copy_(new_mean)
-        self.var.copy_(new_m2 / total)
+        self.var.copy_(new_var)
         self.count.copy_(total)
 
 
+class RankGroupMeanStd(GroupMeanStd):
+    """A :class:`GroupMeanStd` whose ``update`` folds in the rows of all ranks at once (each
+    group's moments merged over ranks in rank order, as :class:`RankMeanStd`). Its
+    ``state_dict`` is that of a plain :class:`GroupMeanStd`."""
+
+    def __init__(self, source: GroupMeanStd, ranks: RankGroup) -> None:
+        super().__init__(source.groups)
+        self.load_state_dict(source.state_dict())
+        self.to(source.mean.device)
+        self.ranks = ranks
+
+    @torch.no_grad()
+    def fold(self, count: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> None:
+        super().fold(*merge_rank_moments(self.ranks, count, mean, var))
+
+
 def share_normalizers(model: PopulationActorCritic, ranks: RankGroup) -> None:
-    """Replace the model's observation and value normalisers by :class:`RankMeanStd` ones."""
-    for name in ("obs_norm", "value_norm"):
-        norm = getattr(model, name)
-        if norm is not None:
-            setattr(model, name, RankMeanStd(norm, ranks))
+    """Replace the model's observation and value normalisers by ones that merge all ranks'
+    batches (:class:`RankMeanStd`, :class:`RankGroupMeanStd`)."""
+    if model.obs_norm is not None:
+        model.obs_norm = RankMeanStd(model.obs_norm, ranks)
+    if model.value_norm is not None:
+        model.value_norm = RankGroupMeanStd(model.value_norm, ranks)
 
 
 class SummedEpisodeTracker(EpisodeTracker):
