@@ -54,6 +54,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # Not in the default sweep: larger or spread KL targets, tried when 0.3 kept one route.
     "cpo-setpoint-3": ("cpo", ["algo.kl_target=3.0"]),
     "cpo-spread": ("cpo", ["algo.kl_targets=[0.3,1.0,3.0]"]),
+    # The set point without the adversarial reward (its maze recommendation).
+    "cpo-setpoint-noadv": ("cpo", ["algo.kl_target=0.3", "algo.adversarial=false"]),
 }
 DEFAULT_VARIANTS = ("cpo-setpoint", "cpo-fixed", "sapg", "pbt", "ppo")
 METRICS = (
@@ -72,6 +74,7 @@ COLORS = {
     "ppo": "tab:gray",
     "cpo-setpoint-3": "tab:purple",
     "cpo-spread": "tab:brown",
+    "cpo-setpoint-noadv": "tab:pink",
 }
 
 
