@@ -5,7 +5,8 @@ the default finetuning config (``myriad finetune --algo cpo --init RUN``), one c
 coefficients:
 
 - ``fixed``: the fixed coefficients (``algo.kl_target=null``: preset ``light``, c_adv 0.002);
-- ``target_0.1``, ``target_0.5``: ``algo.kl_target=0.1`` / ``0.5`` for every follower;
+- ``target_0.1``, ``target_0.3``, ``target_0.5``: ``algo.kl_target=0.1`` / ``0.3`` / ``0.5`` for
+  every follower;
 - ``spread``: ``algo.kl_targets=[0.1,0.3,1.0]``.
 
 Per run and follower: the fraction of post-warm-up iterations (after the critic warm-up and
@@ -41,6 +42,7 @@ from myriad.utils.checkpoint import library_versions
 CASES: dict[str, list[str]] = {
     "fixed": ["algo.kl_target=null", "algo.kl_targets=null"],
     "target_0.1": ["algo.kl_target=0.1", "algo.kl_targets=null"],
+    "target_0.3": ["algo.kl_target=0.3", "algo.kl_targets=null"],
     "target_0.5": ["algo.kl_target=0.5", "algo.kl_targets=null"],
     "spread": ["algo.kl_target=null", "algo.kl_targets=[0.1,0.3,1.0]"],
 }
