@@ -54,6 +54,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     # Not in the default sweep: larger or spread KL targets, tried when 0.3 kept one route.
     "cpo-setpoint-3": ("cpo", ["algo.kl_target=3.0"]),
     "cpo-spread": ("cpo", ["algo.kl_targets=[0.3,1.0,3.0]"]),
+    "cpo-setpoint-1": ("cpo", ["algo.kl_target=1.0"]),
     # The set point without the adversarial reward (its maze recommendation).
     "cpo-setpoint-noadv": ("cpo", ["algo.kl_target=0.3", "algo.adversarial=false"]),
 }
@@ -75,6 +76,7 @@ COLORS = {
     "cpo-setpoint-3": "tab:purple",
     "cpo-spread": "tab:brown",
     "cpo-setpoint-noadv": "tab:pink",
+    "cpo-setpoint-1": "tab:olive",
 }
 
 
