@@ -166,6 +166,47 @@ def test_sharded_maths_equal_one_process_and_resume_is_exact(two_ranks, tmp_path
     np.testing.assert_array_equal(da["infos"]["member"], db["infos"]["member"])
 
 
+def test_two_node_agents_with_a_rendezvous_endpoint_equal_one_node(two_ranks, tmp_path):
+    """The multi-node launch (docs/distributed.md): two torchrun agents, one rank each, meeting at
+    a c10d rendezvous endpoint, here both on 127.0.0.1. Every rank's streams follow its global
+    rank, so the run equals the two ranks of one agent bit for bit."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    env.pop("WORLD_SIZE", None)
+    run, port = tmp_path / "two_nodes", _free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc_per_node=1",
+        "--rdzv_id=two-nodes",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint=127.0.0.1:{port}",
+        "-m",
+        "myriad",
+        "pretrain",
+        "--run-dir",
+        str(run),
+        *TINY,
+    ]
+    agents = [
+        subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [agent.communicate(timeout=300) for agent in agents]
+    for agent, (_, err) in zip(agents, outputs):
+        assert agent.returncode == 0, err[-3000:]
+    a, b = _checkpoint(two_ranks, 4), _checkpoint(run, 4)
+    assert b["world_size"] == 2
+    for key, value in a["state"]["model"].items():
+        assert torch.equal(value, b["state"]["model"][key]), key
+    for key, points in a["logger"]["history"].items():
+        if not key.startswith("perf/"):
+            assert points == b["logger"]["history"][key], key
+
+
 def test_layouts_that_do_not_shard_are_refused_in_one_line():
     cfg = resolve_config(list(TINY))
     check_launch(cfg, 2)
