@@ -28,7 +28,9 @@ control cost) to the existing ``--out``: PPO, CPO (``algo.kl_preset=balanced``, 
 SAPG, each started from RUN's members (8, PPO: the best-ranked one), the leader evaluated with
 deterministic actions (``benchmarks/finetune_compare.py``'s ``run_once``); the curves go into the
 JSON's ``finetune`` entry and a second figure (``_finetune.png``), together with RUN's own
-per-member behaviour summary (same rollouts and rule as above).
+per-member behaviour summary (same rollouts and rule as above). ``--finetune-variants`` picks
+other variants (:data:`FINETUNE_VARIANTS`: the CPO presets 0.1 / 0.3, the KL set point, PBT) and
+``--members`` the population size of the finetuning runs.
 """
 
 from __future__ import annotations
@@ -239,7 +241,17 @@ def figure(
     plt.close(fig)
 
 
-FINETUNE_ALGOS = {"ppo": [], "sapg": [], "cpo": ["algo.kl_preset=balanced"]}
+#: variant -> (algorithm, overrides). The default comparison is the first three.
+FINETUNE_VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "ppo": ("ppo", []),
+    "sapg": ("sapg", []),
+    "cpo": ("cpo", ["algo.kl_preset=balanced"]),
+    "cpo-0.1": ("cpo", ["algo.kl_preset=light"]),
+    "cpo-0.3": ("cpo", ["algo.kl_preset=high"]),
+    "cpo-setpoint": ("cpo", ["algo.kl_target=0.3"]),
+    "pbt": ("pbt", []),
+}
+DEFAULT_FINETUNE_VARIANTS = ("ppo", "sapg", "cpo")
 
 
 def finetune(args: argparse.Namespace, env_overrides: list[str]) -> dict[str, Any]:
@@ -250,7 +262,8 @@ def finetune(args: argparse.Namespace, env_overrides: list[str]) -> dict[str, An
     runs = []
     with tempfile.TemporaryDirectory(prefix="halfcheetah-finetune-") as tmp:
         for seed in range(args.finetune_seeds):
-            for algo, extra in FINETUNE_ALGOS.items():
+            for variant in args.finetune_variants:
+                algo, extra = FINETUNE_VARIANTS[variant]
                 ns = argparse.Namespace(
                     num_envs=args.finetune_envs,
                     eval_every=args.finetune_eval_every,
@@ -268,21 +281,22 @@ def finetune(args: argparse.Namespace, env_overrides: list[str]) -> dict[str, An
                     ],
                 )
                 record = run_once(algo, seed, args.finetune_init, ns, Path(tmp))
+                record["variant"] = variant
                 record["overrides"] = ns.overrides
                 record["load_avg"] = list(os.getloadavg())
                 print(
-                    f"{algo:<5} seed {seed}: final {record['final_return']:.1f}  "
+                    f"{variant:<12} seed {seed}: final {record['final_return']:.1f}  "
                     f"mean evaluated {record['auc']:.1f}  ({record['wall_s']:.0f} s)",
                     flush=True,
                 )
                 runs.append(record)
     per_algo = {
-        algo: {
-            "final_return": [r["final_return"] for r in runs if r["algo"] == algo],
-            "mean_evaluated_return": [r["auc"] for r in runs if r["algo"] == algo],
-            "first_evaluated_return": [r["curve"][0][1] for r in runs if r["algo"] == algo],
+        variant: {
+            "final_return": [r["final_return"] for r in runs if r["variant"] == variant],
+            "mean_evaluated_return": [r["auc"] for r in runs if r["variant"] == variant],
+            "first_evaluated_return": [r["curve"][0][1] for r in runs if r["variant"] == variant],
         }
-        for algo in FINETUNE_ALGOS
+        for variant in args.finetune_variants
     }
     return {"runs": runs, "per_algo": per_algo}
 
@@ -294,23 +308,23 @@ def finetune_figure(path: Path, result: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"ppo": "tab:blue", "sapg": "tab:orange", "cpo": "tab:green"}
+    colours = dict(zip(FINETUNE_VARIANTS, plt.get_cmap("tab10").colors, strict=False))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run in result["runs"]:
         steps, values = zip(*run["curve"], strict=True)
         ax.plot(
             steps,
             values,
-            color=colours[run["algo"]],
+            color=colours[run.get("variant", run["algo"])],
             marker="o",
             alpha=0.8,
-            label=run["algo"] if run["seed"] == 0 else None,
+            label=run.get("variant", run["algo"]) if run["seed"] == 0 else None,
         )
     ax.set_xlabel("env steps")
     ax.set_ylabel("leader's evaluated return")
     ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title("HalfCheetah finetuning from K-Myriad members (CPO: lambda 0.2)")
+    ax.set_title("HalfCheetah finetuning from K-Myriad members (cpo: lambda 0.2)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -333,6 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/results/halfcheetah_diversity.json")
     parser.add_argument("--finetune-init", help="add the finetuning comparison from this run")
     parser.add_argument("--finetune-seeds", type=int, default=2)
+    parser.add_argument(
+        "--finetune-variants",
+        nargs="+",
+        default=list(DEFAULT_FINETUNE_VARIANTS),
+        choices=list(FINETUNE_VARIANTS),
+    )
     parser.add_argument("--finetune-envs", type=int, default=512)
     parser.add_argument("--finetune-iterations", type=int, default=60)
     parser.add_argument("--finetune-eval-every", type=int, default=10)
@@ -455,7 +475,11 @@ def main_finetune(args: argparse.Namespace) -> int:
         "init_config": {k: saved.config[k] for k in ("env", "num_envs", "iterations", "seed")},
         "init_behaviour": summarise(*init_rollouts, args),
         "settings": {
-            "algos": {a: ["task=native", *x] for a, x in FINETUNE_ALGOS.items()},
+            "algos": {
+                v: [FINETUNE_VARIANTS[v][0], "task=native", *FINETUNE_VARIANTS[v][1]]
+                for v in args.finetune_variants
+            },
+            "members": args.members,
             "env_overrides": env_overrides,
             "seeds": args.finetune_seeds,
             "num_envs": args.finetune_envs,
