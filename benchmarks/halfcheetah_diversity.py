@@ -250,6 +250,11 @@ FINETUNE_VARIANTS: dict[str, tuple[str, list[str]]] = {
     "cpo-0.3": ("cpo", ["algo.kl_preset=high"]),
     "cpo-setpoint": ("cpo", ["algo.kl_target=0.3"]),
     "pbt": ("pbt", []),
+    # Diagnostics of the leader's decline: no off-policy loss on follower data (the leader learns
+    # from its own envs only), or no adversarial reward.
+    "sapg-on-policy": ("sapg", ["algo.off_policy_coef=0"]),
+    "cpo-on-policy": ("cpo", ["algo.kl_preset=balanced", "algo.off_policy_coef=0"]),
+    "cpo-noadv": ("cpo", ["algo.kl_preset=balanced", "algo.adversarial=false"]),
 }
 DEFAULT_FINETUNE_VARIANTS = ("ppo", "sapg", "cpo")
 
