@@ -255,6 +255,9 @@ FINETUNE_VARIANTS: dict[str, tuple[str, list[str]]] = {
     "sapg-on-policy": ("sapg", ["algo.off_policy_coef=0"]),
     "cpo-on-policy": ("cpo", ["algo.kl_preset=balanced", "algo.off_policy_coef=0"]),
     "cpo-noadv": ("cpo", ["algo.kl_preset=balanced", "algo.adversarial=false"]),
+    # The leader's critic also fitted on follower data (its one-step targets there).
+    "sapg-value": ("sapg", ["algo.off_policy_value=true"]),
+    "cpo-value": ("cpo", ["algo.kl_preset=balanced", "algo.off_policy_value=true"]),
 }
 DEFAULT_FINETUNE_VARIANTS = ("ppo", "sapg", "cpo")
 
