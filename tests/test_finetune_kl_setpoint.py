@@ -305,6 +305,30 @@ def test_fixed_mode_keeps_the_preset(tmp_path):
     r.close()
 
 
+@pytest.mark.parametrize(
+    ("overrides", "target", "targets"),
+    [
+        ([], 0.3, None),  # the packaged default: a set point at 0.3 nats
+        (["algo.kl_preset=high"], None, None),  # naming a fixed coefficient selects that mode
+        (["algo.kl_coef=0.2"], None, None),
+        (["algo.adversarial_coef=0.01"], None, None),
+        (["algo.kl_penalty=false"], None, None),
+        (["algo.kl_preset=high", "algo.kl_target=0.5"], 0.5, None),  # a preset's initial lambda
+        (["algo.kl_coef=0.2", "algo.kl_targets=[0.1,0.3,1.0]"], 0.3, [0.1, 0.3, 1.0]),
+        (["algo.kl_target=null"], None, None),
+        (["algo.setpoint.eta=0.3"], 0.3, None),  # the controller's settings keep the set point
+    ],
+)
+def test_the_default_is_the_set_point_and_fixed_coefficients_select_their_mode(
+    overrides, target, targets
+):
+    algo = resolve_config("cpo", overrides)["algo"]
+    assert algo["kl_target"] == target
+    assert algo["kl_targets"] == targets
+    # Other algorithms have no couplings to choose.
+    assert "kl_target" not in resolve_config("sapg", [])["algo"]
+
+
 def test_resume_with_the_set_point_is_exact(tmp_path):
     extra = ("algo.kl_targets=[0.01,0.5]", "algo.setpoint.eta=1.0")
     straight = tiny(tmp_path, "straight", *extra)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from myriad.finetune.algorithms import check_algorithm
+from myriad.finetune.cpo import choose_coupling_mode
 from myriad.finetune.init import init_config
 from myriad.nn.population import check_population
 from myriad.rl.runner import train_in_folder
@@ -74,6 +75,8 @@ def resolve_config(
     rest = [o for o in overrides if _algo_override([o]) is None]
     cfg = compose("finetune", ([f"algo={name}"] if name else []) + rest)
     check_algorithm(str(cfg["algo"]["name"]))
+    if cfg["algo"]["name"] == "cpo":
+        choose_coupling_mode(cfg["algo"], rest)
     if init is not None:
         init_config(cfg, init, rest)
     return cfg

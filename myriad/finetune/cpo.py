@@ -120,6 +120,26 @@ class CPOConfig:
         return float(self.kl_coef) if self.kl_coef is not None else KL_PRESETS[self.kl_preset]
 
 
+#: Overrides of the fixed coefficients. Naming one of them without a target (``algo.kl_target``
+#: or ``algo.kl_targets``) selects the fixed-coefficient mode, whatever the packaged target.
+FIXED_COEFFICIENT_KEYS = (
+    "algo.kl_preset",
+    "algo.kl_coef",
+    "algo.adversarial_coef",
+    "algo.kl_penalty",
+)
+
+
+def choose_coupling_mode(algo: dict[str, Any], overrides: Sequence[str]) -> None:
+    """Drop the KL target(s) from a new run's ``algo`` config (in place) when ``overrides`` set a
+    fixed coefficient and no target: ``algo.kl_preset=high`` means the ``high`` regime, not a
+    set point started from its lambda."""
+    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    if keys & set(FIXED_COEFFICIENT_KEYS) and not keys & {"algo.kl_target", "algo.kl_targets"}:
+        algo["kl_target"] = None
+        algo["kl_targets"] = None
+
+
 def _first(value: float | None, default: float) -> float:
     return float(default if value is None else value)
 
