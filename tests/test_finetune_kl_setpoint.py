@@ -456,3 +456,17 @@ def test_followers_are_held_near_their_target_on_the_maze(maze_pretraining, tmp_
         # The diagnostics' sample of the same states tells the same story.
         torch.testing.assert_close(sampled, kl, rtol=0.5, atol=0.02)
     assert medians[0.5] >= 2.5 * medians[0.1], medians
+
+
+def test_closing_report_lists_the_followers_kl_and_targets():
+    from myriad.finetune.api import coupling_rows
+
+    scalars = {f"cpo/kl/follower_{i}": 0.1 * i for i in (1, 2, 10)}
+    scalars |= {f"cpo/kl_target/follower_{i}": 0.3 for i in (10, 1, 2)}
+    scalars["cpo/kl_in_band"] = 1.0
+    assert coupling_rows({"scalars": scalars}) == [
+        ("followers' KL to the leader", "0.1, 0.2, 1 nats (targets 0.3, 0.3, 0.3)")
+    ]
+    fixed = {k: v for k, v in scalars.items() if "kl_target" not in k}
+    assert coupling_rows({"scalars": fixed})[0][1] == "0.1, 0.2, 1 nats"
+    assert coupling_rows({"scalars": {"train/return": 1.0}}) == []

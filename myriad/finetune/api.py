@@ -138,6 +138,7 @@ def report(summary: dict[str, Any], folder: Path) -> None:
         ("leader return (deterministic)", f"{final.get('eval/leader_return', float('nan')):.3f}"),
     ]
     rows.extend(solution_rows(summary))
+    rows.extend(coupling_rows(summary))
     init = summary.get("init")
     if init:
         rows.append(("initialised from", str(init["source"])))
@@ -153,6 +154,29 @@ def report(summary: dict[str, Any], folder: Path) -> None:
             ("summary", folder / "summary.json"),
         ],
     )
+
+
+def _follower_values(scalars: dict[str, Any], key: str) -> list[float]:
+    found = {
+        int(name.rsplit("_", 1)[1]): float(value)
+        for name, value in scalars.items()
+        if name.startswith(f"{key}/follower_")
+    }
+    return [found[i] for i in sorted(found)]
+
+
+def coupling_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """Report rows of CPO's followers: the last iteration's KL to the leader, with the targets
+    in the set-point mode (nothing for the other algorithms)."""
+    scalars = summary.get("scalars") or {}
+    kls = _follower_values(scalars, "cpo/kl")
+    if not kls:
+        return []
+    text = ", ".join(f"{v:.3g}" for v in kls) + " nats"
+    targets = _follower_values(scalars, "cpo/kl_target")
+    if targets:
+        text += " (targets " + ", ".join(f"{v:.3g}" for v in targets) + ")"
+    return [("followers' KL to the leader", text)]
 
 
 def _percent(value: float | None) -> str:
