@@ -55,6 +55,9 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "cpo-setpoint-3": ("cpo", ["algo.kl_target=3.0"]),
     "cpo-spread": ("cpo", ["algo.kl_targets=[0.3,1.0,3.0]"]),
     "cpo-setpoint-1": ("cpo", ["algo.kl_target=1.0"]),
+    # Without the advantage-weighted pull toward the leader's actions on the leader's states.
+    "cpo-setpoint-noawac": ("cpo", ["algo.kl_target=0.3", "algo.awac=false"]),
+    "cpo-setpoint-1-noawac": ("cpo", ["algo.kl_target=1.0", "algo.awac=false"]),
     # The set point without the adversarial reward (its maze recommendation).
     "cpo-setpoint-noadv": ("cpo", ["algo.kl_target=0.3", "algo.adversarial=false"]),
 }
@@ -77,6 +80,8 @@ COLORS = {
     "cpo-spread": "tab:brown",
     "cpo-setpoint-noadv": "tab:pink",
     "cpo-setpoint-1": "tab:olive",
+    "cpo-setpoint-noawac": "tab:cyan",
+    "cpo-setpoint-1-noawac": "darkgoldenrod",
 }
 
 
