@@ -1,7 +1,8 @@
 """Distinct solutions, leader success, sample efficiency and robustness on ``nav-three-routes``.
 
 Variants: CPO with the KL set point (``algo.kl_target=0.3``), CPO with its fixed coefficients
-(the defaults), SAPG, PBT and PPO, each started from a K-Myriad population (``--init``: one
+(``algo.kl_target=null``), SAPG, PBT and PPO, each started from a K-Myriad population
+(``--init``: one
 default pretraining run per seed on the same layout, ``myriad.pretrain.pretrain``) and from
 scratch. Every run finetunes on the sparse goal with ``eval.perturb=block_leader_route``, so its
 ``summary.json`` holds, per evaluation, the leader's success, the best member's success and the
@@ -47,7 +48,7 @@ from myriad.utils.checkpoint import library_versions
 #: name -> (algorithm, extra overrides)
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "cpo-setpoint": ("cpo", ["algo.kl_target=0.3"]),
-    "cpo-fixed": ("cpo", []),
+    "cpo-fixed": ("cpo", ["algo.kl_target=null"]),
     "sapg": ("sapg", []),
     "pbt": ("pbt", []),
     "ppo": ("ppo", []),
