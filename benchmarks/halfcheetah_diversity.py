@@ -316,7 +316,8 @@ def finetune_figure(path: Path, result: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = dict(zip(FINETUNE_VARIANTS, plt.get_cmap("tab10").colors, strict=False))
+    palette = plt.get_cmap("tab20").colors
+    colours = {v: palette[i % len(palette)] for i, v in enumerate(FINETUNE_VARIANTS)}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run in result["runs"]:
         steps, values = zip(*run["curve"], strict=True)
