@@ -71,6 +71,20 @@ def _mlp_pair(
     return MLP(*layers).double(), torch.nn.Sequential(*layers).double()
 
 
+def chunked_plan(activations: tuple[torch.nn.Module, ...], last: bool) -> mlp_module.Plan:
+    plan = _mlp_pair(activations, last)[0]._plan()
+    assert plan is not None
+    return plan
+
+
+def test_chunks_hold_one_l2_share_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = chunked_plan((torch.nn.ELU(), torch.nn.ELU()), True)
+    width = max(max(lin.in_features, lin.out_features) for lin, _ in plan)
+    for threads in (1, 2, 4):
+        monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda t=threads: t)
+        assert mlp_module._chunk_rows(plan) == mlp_module.CHUNK_BYTES * threads // (4 * width)
+
+
 @pytest.mark.parametrize(
     ("activations", "last"),
     [
@@ -82,8 +96,10 @@ def _mlp_pair(
 def test_chunked_mlp_matches_the_sequential_evaluation(
     activations: tuple[torch.nn.Module, ...], last: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Chunks of 16 rows: 40 rows take three chunks, the last one partial.
+    # Chunks of 16 rows (one thread): 40 rows take three chunks, the last one partial.
     monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
+    monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda: 1)
+    assert mlp_module._chunk_rows(chunked_plan(activations, last)) == 16
     chunked, plain = _mlp_pair(activations, last)
     assert list(chunked.state_dict()) == list(plain.state_dict())
     x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)

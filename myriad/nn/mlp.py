@@ -22,7 +22,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 #: Rows per chunk are chosen so that one activation of the widest layer takes about this many
-#: bytes (a CPU core's L2 cache).
+#: bytes per torch thread (a CPU core's L2 cache: each thread works on its share of the rows).
 CHUNK_BYTES = 1 << 20
 
 
@@ -57,7 +57,7 @@ Plan = tuple[tuple[nn.Linear, nn.Module | None], ...]
 
 def _chunk_rows(plan: Plan) -> int:
     width = max(max(lin.in_features, lin.out_features) for lin, _ in plan)
-    return max(16, CHUNK_BYTES // (4 * width))
+    return max(16, CHUNK_BYTES * torch.get_num_threads() // (4 * width))
 
 
 def _forward_chunk(
