@@ -266,8 +266,18 @@ def test_population_config_is_built_from_its_fields_and_legacy_keys():
         "normalize_obs": False,
     }
     config = population_config(fields, OBS, ACT)
+    # A config without value_stats was saved before the key existed: one shared statistic.
     assert config == PopulationConfig(
-        OBS, ACT, 3, "embedding", (16, 8), (16, 8), "tanh", init_log_std=-1.0, normalize_obs=False
+        OBS,
+        ACT,
+        3,
+        "embedding",
+        (16, 8),
+        (16, 8),
+        "tanh",
+        init_log_std=-1.0,
+        normalize_obs=False,
+        value_stats="shared",
     )
     # Configs saved before the keys were the field names load to the same population.
     assert population_config(LEGACY, OBS, ACT) == config

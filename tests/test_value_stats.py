@@ -167,3 +167,14 @@ def test_ppo_folds_each_members_returns_into_its_own_statistics():
         mean, var = reference([storage.returns[:, storage.member == g].reshape(-1).numpy()])
         assert m.value_norm.mean[g].item() == pytest.approx(mean, rel=1e-6)
         assert m.value_norm.var[g].item() == pytest.approx(var, rel=1e-6)
+
+
+def test_a_config_saved_before_the_key_keeps_one_statistic():
+    from myriad.nn.population import build_population, population_fields
+
+    assert population_fields({"size": 3})["value_stats"] == "shared"
+    assert population_fields({"size": 3, "value_stats": "member"})["value_stats"] == "member"
+    old = build_population({"size": 3, "critic_hidden": [8]}, 4, 2)
+    assert old.value_norm is not None and old.value_norm.groups == 1
+    new = build_population({"size": 3, "critic_hidden": [8], "value_stats": "member"}, 4, 2)
+    assert new.value_norm is not None and new.value_norm.groups == 3

@@ -756,12 +756,16 @@ ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
 
 def population_fields(population: Mapping[str, Any]) -> dict[str, Any]:
     """A ``population`` config with the :data:`LEGACY_KEYS` translated to field names (a field
-    given under its own name wins). The one place that knows the old keys."""
+    given under its own name wins), and ``value_stats: shared`` where it is absent (a config
+    saved before the key existed, when the population shared one return statistic). The one
+    place that knows the old keys."""
     out = {key: value for key, value in population.items() if key not in LEGACY_KEYS}
     for key, names in LEGACY_KEYS.items():
         if key in population:
             for name in names:
                 out.setdefault(name, population[key])
+    # Saved before value_stats existed: one return statistic for the population, as then.
+    out.setdefault("value_stats", "shared")
     return out
 
 
