@@ -3,10 +3,11 @@
 Variants: CPO with the KL set point (``algo.kl_target=0.3``), CPO with its fixed coefficients
 (``algo.kl_target=null``), SAPG, PBT and PPO, each started from a K-Myriad population
 (``--init``: one default pretraining run per seed on the same layout,
-``myriad.pretrain.pretrain``) and from scratch. Every run finetunes on the sparse goal with ``eval.perturb=block_leader_route``, so its
-``summary.json`` holds, per evaluation, the leader's success, the best member's success and the
-number of distinct solutions (docs/finetune.md, "Distinct solutions and robustness"), and at the
-end the same after the leader's route is walled off. Per run:
+``myriad.pretrain.pretrain``) and from scratch. Every run finetunes on the sparse goal with
+``eval.perturb=block_leader_route``, so its ``summary.json`` holds, per evaluation, the leader's
+success, the best member's success and the number of distinct solutions (docs/finetune.md,
+"Distinct solutions and robustness"), and at the end the same after the leader's route is
+walled off. Per run:
 
 - ``distinct_solutions``: routes holding >= 5% of the successful final evaluation episodes;
 - ``leader_success`` / ``population_success``: the leader's / best member's final success;
