@@ -4,6 +4,7 @@ pretraining run shared by the tests that only read a finished run (or copy it be
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,24 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+def rank_env() -> dict[str, str]:
+    """The environment of a torchrun launch in a test: one thread per rank, gloo on loopback,
+    no inherited ``WORLD_SIZE``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def assert_same_training(a: dict, b: dict) -> None:
+    """Two checkpoints hold the same model weights and every logged scalar but timings."""
+    for key, value in a["state"]["model"].items():
+        assert torch.equal(value, b["state"]["model"][key]), key
+    for key, points in a["logger"]["history"].items():
+        if not key.startswith("perf/"):
+            assert points == b["logger"]["history"][key], key
+
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_PRETRAIN
+from conftest import TINY_PRETRAIN, assert_same_training, rank_env
 
 from myriad.cli import main
 from myriad.datasets import load
@@ -64,8 +63,7 @@ def _free_port() -> int:
 
 def _torchrun(*args: str) -> subprocess.CompletedProcess[str]:
     """Two ranks on this machine, rendezvous on a free port of 127.0.0.1."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    env.pop("WORLD_SIZE", None)
+    env = rank_env()
     command = [
         sys.executable,
         "-m",
@@ -154,11 +152,7 @@ def test_sharded_maths_equal_one_process_and_resume_is_exact(two_ranks, tmp_path
     assert result["lr_equal"]
     # The resumed run equals the uninterrupted one: weights, scalars and dataset.
     a, b = _checkpoint(two_ranks, 4), _checkpoint(split, 4)
-    for key, value in a["state"]["model"].items():
-        assert torch.equal(value, b["state"]["model"][key]), key
-    for key, points in a["logger"]["history"].items():
-        if not key.startswith("perf/"):
-            assert points == b["logger"]["history"][key], key
+    assert_same_training(a, b)
     da = read_d4rl(two_ranks / "dataset" / "transitions.hdf5")
     db = read_d4rl(split / "dataset" / "transitions.hdf5")
     for key in ("observations", "actions", "next_observations", "rewards", "terminals"):
@@ -170,8 +164,7 @@ def test_two_node_agents_with_a_rendezvous_endpoint_equal_one_node(two_ranks, tm
     """The multi-node launch (docs/distributed.md): two torchrun agents, one rank each, meeting at
     a c10d rendezvous endpoint, here both on 127.0.0.1. Every rank's streams follow its global
     rank, so the run equals the two ranks of one agent bit for bit."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    env.pop("WORLD_SIZE", None)
+    env = rank_env()
     run, port = tmp_path / "two_nodes", _free_port()
     command = [
         sys.executable,
@@ -200,11 +193,7 @@ def test_two_node_agents_with_a_rendezvous_endpoint_equal_one_node(two_ranks, tm
         assert agent.returncode == 0, err[-3000:]
     a, b = _checkpoint(two_ranks, 4), _checkpoint(run, 4)
     assert b["world_size"] == 2
-    for key, value in a["state"]["model"].items():
-        assert torch.equal(value, b["state"]["model"][key]), key
-    for key, points in a["logger"]["history"].items():
-        if not key.startswith("perf/"):
-            assert points == b["logger"]["history"][key], key
+    assert_same_training(a, b)
 
 
 def test_layouts_that_do_not_shard_are_refused_in_one_line():

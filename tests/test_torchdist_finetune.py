@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_FINETUNE
+from conftest import TINY_FINETUNE, assert_same_training, rank_env
 
 from myriad.cli import main
 from myriad.distributed.torchdist import (
@@ -95,10 +94,9 @@ def _free_port() -> int:
 def _launch(*args: str, ranks: int = 2, kill_at: str | None = None) -> None:
     """``ranks`` ranks (or, with 1, a plain process) on this machine; with ``kill_at`` the
     ranks run with ``MYRIAD_KILL_AT=kill_at`` and the launch must end killed."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    env = rank_env()
     if kill_at is not None:
         env["MYRIAD_KILL_AT"] = kill_at
-    env.pop("WORLD_SIZE", None)
     launcher = [
         "torch.distributed.run",
         f"--nproc_per_node={ranks}",
@@ -174,15 +172,11 @@ def test_same_rollout_same_update_and_resume_is_exact(two_ranks, tmp_path):
     assert result["replica_difference"] == 0.0
     # The resumed run equals the uninterrupted one: weights, optimiser, scalars.
     a, b = _checkpoint(two_ranks, 4), _checkpoint(split, 4)
-    for key, value in a["state"]["model"].items():
-        assert torch.equal(value, b["state"]["model"][key]), key
+    assert_same_training(a, b)
     assert torch.equal(
         a["state"]["algorithm"]["discriminator"]["net"]["net.0.weight"],
         b["state"]["algorithm"]["discriminator"]["net"]["net.0.weight"],
     )
-    for key, points in a["logger"]["history"].items():
-        if not key.startswith("perf/"):
-            assert points == b["logger"]["history"][key], key
 
 
 def test_killed_after_a_checkpoint_resumes_to_the_uninterrupted_run(
@@ -199,11 +193,7 @@ def test_killed_after_a_checkpoint_resumes_to_the_uninterrupted_run(
     assert not (run / "summary.json").exists()
     _launch("-m", "myriad", "finetune", "--resume", str(run))
     a, b = _checkpoint(two_ranks, 4), _checkpoint(run, 4)
-    for key, value in a["state"]["model"].items():
-        assert torch.equal(value, b["state"]["model"][key]), key
-    for key, points in a["logger"]["history"].items():
-        if not key.startswith("perf/"):
-            assert points == b["logger"]["history"][key], key
+    assert_same_training(a, b)
 
 
 def test_two_ranks_agree_with_one_process(tmp_path):
