@@ -7,7 +7,12 @@ every setting alike:
 - ``before``: the k-NN search as it was: the kd-tree over all rows (identical states included),
   queries in row order (:class:`LegacyKDTree`, a copy of that code registered for this script),
   the pooled and per-member searches one after the other;
-- ``after``: the default configuration.
+- ``waited``: the default search, with the per-member search waited for before the update
+  (``defer_members`` off);
+- ``after``: the default configuration (at ``beta = 1`` the per-member search runs on during
+  the update; ``perf/knn_share`` counts what the loop waits for it after the update). Its
+  ``knn_cpu_s`` misses the per-member CPU time spent during the update, so compare the
+  variants' ``iteration_cpu_s`` for the cost.
 
 Both find the same neighbour distances, so the two runs train identically and see the same
 states. Per iteration the JSON records the shares (``perf/knn_share``, ``perf/collect_share``,
@@ -61,7 +66,7 @@ OVERRIDES = [
     "checkpoint_every=0",
 ]
 BRUTE_FORCE_QUERIES = 2048
-VARIANTS = ("before", "after")
+VARIANTS = ("before", "waited", "after")
 
 
 class LegacyKDTree(SearchBackend):
@@ -131,6 +136,8 @@ def make_runner(folder: Path, variant: str) -> PretrainRunner:
     if variant == "before":
         runner.measure.search = KNNSearch(backend=LegacyKDTree.name)
         runner.measure.concurrent = False
+    if variant in ("before", "waited"):
+        runner.measure.defer_members = False
     runner.measure = TimedMeasurement(runner.measure)  # type: ignore[assignment]
     return runner
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from myriad.entropy import (
     Neighbors,
     cumulative_log_ratio,
     importance_weighted_entropy,
+    kl_entropy_from_distances,
     knn_reward_from_distances,
     population_entropy_from_distances,
 )
@@ -47,30 +48,71 @@ def time_major(x: torch.Tensor, num_steps: int) -> torch.Tensor:
     return x.reshape(-1, num_steps).transpose(0, 1)
 
 
-@dataclass
+@dataclass(frozen=True)
+class MemberNeighbours:
+    """The per-member half of a measurement.
+
+    Attributes:
+        grouped: neighbours within each member's states (``[N, k]``, global row indices).
+        individual: ``[M]`` each member's entropy in nats of the raw features.
+    """
+
+    grouped: Neighbors
+    individual: torch.Tensor
+
+
 class Measurement:
     """One rollout's neighbours and entropies.
+
+    The per-member part (:class:`MemberNeighbours`) may still be computing in a worker thread
+    (:attr:`EntropyMeasurement.defer_members`); reading ``grouped`` or ``individual`` waits
+    for it.
 
     Attributes:
         scaled: features divided by their running std, env-major ``[N, p]``.
         pooled: neighbours in the pooled set (``Neighbors [N, k]``).
-        grouped: neighbours within each member's states (``[N, k]``, global row indices).
-        collective, individual: entropies in nats of the raw features (``individual [M]``).
+        collective: the collective entropy in nats of the raw features.
         log_scale: ``sum_d log std_d``, the entropy shift from scaled to raw features.
         num_steps, num_members, k: the shape of the rollout.
         min_distance: the distance floor used by every estimate of this measurement.
     """
 
-    scaled: torch.Tensor
-    pooled: Neighbors
-    grouped: Neighbors
-    collective: torch.Tensor
-    individual: torch.Tensor
-    log_scale: float
-    num_steps: int
-    num_members: int
-    k: int
-    min_distance: float
+    def __init__(
+        self,
+        scaled: torch.Tensor,
+        pooled: Neighbors,
+        collective: torch.Tensor,
+        members: MemberNeighbours | Future[MemberNeighbours],
+        log_scale: float,
+        num_steps: int,
+        num_members: int,
+        k: int,
+        min_distance: float,
+    ) -> None:
+        self.scaled, self.pooled, self.collective = scaled, pooled, collective
+        self.log_scale = log_scale
+        self.num_steps, self.num_members, self.k = num_steps, num_members, k
+        self.min_distance = min_distance
+        self._members = members
+
+    @property
+    def pending(self) -> bool:
+        """Whether the per-member part is still being computed."""
+        return isinstance(self._members, Future) and not self._members.done()
+
+    @property
+    def members(self) -> MemberNeighbours:
+        if isinstance(self._members, Future):
+            self._members = self._members.result()
+        return self._members
+
+    @property
+    def grouped(self) -> Neighbors:
+        return self.members.grouped
+
+    @property
+    def individual(self) -> torch.Tensor:
+        return self.members.individual
 
     @property
     def diversity(self) -> torch.Tensor:
@@ -79,11 +121,10 @@ class Measurement:
     def reward(self, beta: float, c: float) -> torch.Tensor:
         """``(1 - beta) log(c + R_k(x; X_i)) + beta log(c + R_k(x; X))``, ``[T, E]``
         (docs/algorithms.md §3): :func:`myriad.entropy.knn_reward_from_distances` on this
-        rollout's neighbours."""
+        rollout's neighbours. At ``beta = 1`` the per-member part is not waited for."""
         k = self.k
-        r = knn_reward_from_distances(
-            self.pooled.distances[:, k - 1], self.grouped.distances[:, k - 1], beta, c
-        )
+        individual = None if beta == 1.0 else self.grouped.distances[:, k - 1]
+        r = knn_reward_from_distances(self.pooled.distances[:, k - 1], individual, beta, c)
         return time_major(r, self.num_steps)
 
     def scalars(self) -> dict[str, float]:
@@ -117,6 +158,10 @@ class EntropyMeasurement:
     """
 
     concurrent: bool = True
+    #: On CPU, let the per-member search run on while the caller goes on (the update, when the
+    #: reward does not need it: ``beta = 1``); the measurement waits for it when its per-member
+    #: part is read. Set by the runner from its objective.
+    defer_members: bool = False
 
     def __init__(
         self, k: int, num_members: int, dim: int, backend: str = "auto", min_distance: float = 1e-3
@@ -125,6 +170,29 @@ class EntropyMeasurement:
         self.min_distance = float(min_distance)
         self.search = KNNSearch(backend=backend)
         self.normalizer = RunningMeanStd((self.dim,), clip=None)
+        self._worker: ThreadPoolExecutor | None = None
+
+    def _member_part(
+        self,
+        scaled: torch.Tensor,
+        pooled_kth: torch.Tensor,
+        log_scale: float,
+        grouped: Neighbors | None = None,
+    ) -> MemberNeighbours:
+        """The per-member search of ``scaled [N, p]`` (unless ``grouped`` is given) and the
+        members' entropies."""
+        k, m = self.k, self.num_members
+        if grouped is None:
+            grouped = self.search.grouped(scaled, k, num_groups=m)
+        entropy = population_entropy_from_distances(
+            pooled_kth,
+            grouped.distances[:, k - 1],
+            self.dim,
+            k,
+            num_groups=m,
+            min_distance=self.min_distance,
+        )
+        return MemberNeighbours(grouped, entropy.individual + log_scale)
 
     def __call__(self, features: torch.Tensor, update: bool = True) -> Measurement:
         """Neighbours and entropies of ``features [T, E, p]`` (envs in member blocks).
@@ -136,32 +204,39 @@ class EntropyMeasurement:
             self.normalizer.update(x)
         self.normalizer.to(x.device)
         scaled = self.normalizer.scale(x).contiguous()
-        k, m, p = self.k, self.num_members, self.dim
+        k, m = self.k, self.num_members
+        log_scale = float(torch.log(self.normalizer.std).sum())
+        members: MemberNeighbours | Future[MemberNeighbours]
         if m == 1:
-            pooled = grouped = self.search(scaled, k)
-        elif self.concurrent and scaled.device.type == "cpu":
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                members = pool.submit(self.search.grouped, scaled, k, num_groups=m)
+            pooled = self.search(scaled, k)
+            members = self._member_part(scaled, pooled.distances[:, k - 1], log_scale, pooled)
+        elif (self.concurrent or self.defer_members) and scaled.device.type == "cpu":
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knn")
+            # The per-member part does not need the pooled distances until its last step.
+            pooled_kth: Future[torch.Tensor] = Future()
+            members = self._worker.submit(
+                lambda: self._member_part(scaled, pooled_kth.result(), log_scale)
+            )
+            try:
                 pooled = self.search(scaled, k)
-                grouped = members.result()
+            except BaseException as exc:
+                pooled_kth.set_exception(exc)  # the worker must not wait for it forever
+                raise
+            pooled_kth.set_result(pooled.distances[:, k - 1])
+            if not (self.defer_members and update):
+                members = members.result()
         else:
             pooled = self.search(scaled, k)
-            grouped = self.search.grouped(scaled, k, num_groups=m)
-        log_scale = float(torch.log(self.normalizer.std).sum())
-        entropy = population_entropy_from_distances(
-            pooled.distances[:, k - 1],
-            grouped.distances[:, k - 1],
-            p,
-            k,
-            num_groups=m,
-            min_distance=self.min_distance,
+            members = self._member_part(scaled, pooled.distances[:, k - 1], log_scale)
+        collective = kl_entropy_from_distances(
+            pooled.distances[:, k - 1], self.dim, k, min_distance=self.min_distance
         )
         return Measurement(
             scaled,
             pooled,
-            grouped,
-            entropy.collective + log_scale,
-            entropy.individual + log_scale,
+            collective + log_scale,
+            members,
             log_scale,
             features.shape[0],
             m,

@@ -16,7 +16,12 @@ import torch
 from myriad.distributed.torchdist.group import RankGroup
 from myriad.entropy import population_entropy_from_distances
 from myriad.entropy.knn.neighbors import Neighbors, drop_self
-from myriad.pretrain.objectives import EntropyMeasurement, Measurement, env_major
+from myriad.pretrain.objectives import (
+    EntropyMeasurement,
+    Measurement,
+    MemberNeighbours,
+    env_major,
+)
 
 
 class RankEntropyMeasurement(EntropyMeasurement):
@@ -72,9 +77,8 @@ class RankEntropyMeasurement(EntropyMeasurement):
         return Measurement(
             own,
             pooled,
-            grouped,
             entropy.collective + log_scale,
-            entropy.individual + log_scale,
+            MemberNeighbours(grouped, entropy.individual + log_scale),
             log_scale,
             t,
             m,
