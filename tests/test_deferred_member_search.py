@@ -47,8 +47,9 @@ def test_deferred_measurement_equals_the_waited_one() -> None:
 
 
 def test_a_failing_pooled_search_reaches_the_caller_and_frees_the_worker() -> None:
+    """The per-member search that runs beside the pooled one (``concurrent``) waits for the
+    pooled distances; when the pooled search fails, it must give up, not wait forever."""
     measure = EntropyMeasurement(5, 4, 2)
-    measure.defer_members = True
     inner = measure.search
 
     class BrokenPooled:

@@ -158,9 +158,10 @@ class EntropyMeasurement:
     """
 
     concurrent: bool = True
-    #: On CPU, let the per-member search run on while the caller goes on (the update, when the
-    #: reward does not need it: ``beta = 1``); the measurement waits for it when its per-member
-    #: part is read. Set by the runner from its objective.
+    #: On CPU, run the per-member search after the pooled one, in the worker thread, and return
+    #: at once: the caller's update goes on beside it (the runner sets this at ``beta = 1``,
+    #: where nothing reads the per-member part before the update ends); reading the part waits.
+    #: Only measurements that update the scale (training rollouts) are deferred.
     defer_members: bool = False
 
     def __init__(
@@ -171,6 +172,12 @@ class EntropyMeasurement:
         self.search = KNNSearch(backend=backend)
         self.normalizer = RunningMeanStd((self.dim,), clip=None)
         self._worker: ThreadPoolExecutor | None = None
+
+    def _background(self) -> ThreadPoolExecutor:
+        """The one worker thread of the per-member searches (created on first use)."""
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knn")
+        return self._worker
 
     def _member_part(
         self,
@@ -210,12 +217,17 @@ class EntropyMeasurement:
         if m == 1:
             pooled = self.search(scaled, k)
             members = self._member_part(scaled, pooled.distances[:, k - 1], log_scale, pooled)
-        elif (self.concurrent or self.defer_members) and scaled.device.type == "cpu":
-            if self._worker is None:
-                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knn")
+        elif self.defer_members and update and scaled.device.type == "cpu":
+            # The pooled search first, on every core; the per-member one then runs on beside
+            # the caller's update (one core is idle there with one torch thread).
+            pooled = self.search(scaled, k)
+            members = self._background().submit(
+                self._member_part, scaled, pooled.distances[:, k - 1], log_scale
+            )
+        elif self.concurrent and scaled.device.type == "cpu":
             # The per-member part does not need the pooled distances until its last step.
             pooled_kth: Future[torch.Tensor] = Future()
-            members = self._worker.submit(
+            pending = self._background().submit(
                 lambda: self._member_part(scaled, pooled_kth.result(), log_scale)
             )
             try:
@@ -224,8 +236,7 @@ class EntropyMeasurement:
                 pooled_kth.set_exception(exc)  # the worker must not wait for it forever
                 raise
             pooled_kth.set_result(pooled.distances[:, k - 1])
-            if not (self.defer_members and update):
-                members = members.result()
+            members = pending.result()
         else:
             pooled = self.search(scaled, k)
             members = self._member_part(scaled, pooled.distances[:, k - 1], log_scale)
