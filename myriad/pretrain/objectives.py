@@ -155,6 +155,8 @@ class EntropyMeasurement:
             runs. The two are independent, and each spends part of its time in single-threaded
             steps (finding the distinct states, expanding copies) that the other's tree queries
             can overlap; the results are the same either way.
+        defer_members: on CPU, return after the pooled search and finish the per-member one
+            in the worker thread while the caller goes on (see the attribute's comment).
     """
 
     concurrent: bool = True
