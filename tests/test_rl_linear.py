@@ -3,6 +3,11 @@ gradients."""
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
+from collections.abc import Iterator
+
+import numpy as np
 import pytest
 import torch
 
@@ -77,12 +82,103 @@ def chunked_plan(activations: tuple[torch.nn.Module, ...], last: bool) -> mlp_mo
     return plan
 
 
-def test_chunks_hold_one_l2_share_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chunks_hold_one_l2_share_whatever_the_thread_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     plan = chunked_plan((torch.nn.ELU(), torch.nn.ELU()), True)
     width = max(max(lin.in_features, lin.out_features) for lin, _ in plan)
     for threads in (1, 2, 4):
         monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda t=threads: t)
-        assert mlp_module._chunk_rows(plan) == mlp_module.CHUNK_BYTES * threads // (4 * width)
+        assert mlp_module._chunk_rows(plan) == mlp_module.CHUNK_BYTES // (4 * width)
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_two_threads_run_two_single_threaded_streams(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)  # 16-row chunks
+    monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+    seen: list[tuple[int, int, str, int]] = []
+    forward_rows = mlp_module._forward_rows
+
+    def spy(plan, params, x, outs, start, stop):  # type: ignore[no-untyped-def]
+        seen.append((start, stop, threading.current_thread().name, torch.get_num_threads()))
+        forward_rows(plan, params, x, outs, start, stop)
+
+    monkeypatch.setattr(mlp_module, "_forward_rows", spy)
+    chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
+    x = torch.randn(41, 5, dtype=torch.float64)
+    torch.testing.assert_close(chunked(x), plain(x))
+    with torch.inference_mode():
+        torch.testing.assert_close(chunked(x), plain(x))
+    seen = seen[:2]
+    # Two contiguous ranges, each on a worker thread whose ops run on one thread.
+    assert sorted(s[:2] for s in seen) == [(0, 20), (20, 41)]
+    assert all(name.startswith("myriad-mlp") and threads == 1 for _, _, name, threads in seen)
+    # The caller keeps its thread count, and a thread started later gets it too.
+    assert torch.get_num_threads() == 2
+    counts: list[int] = []
+    later = threading.Thread(target=lambda: counts.append(torch.get_num_threads()))
+    later.start()
+    later.join()
+    assert counts == [2]
+
+
+def test_two_streams_give_the_sequential_values_and_gradients_reproducibly(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
+    monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+    chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
+    x = torch.randn(75, 5, dtype=torch.float64, requires_grad=True)
+    y, expected = chunked(x), plain(x)
+    torch.testing.assert_close(y, expected)
+    upstream = torch.randn_like(y)
+    got = torch.autograd.grad(y, [x, *chunked.parameters()], upstream)
+    want = torch.autograd.grad(expected, [x, *plain.parameters()], upstream)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    again = torch.autograd.grad(chunked(x), [x, *chunked.parameters()], upstream)
+    assert all(torch.equal(a, b) for a, b in zip(got, again))
+    assert torch.autograd.gradcheck(chunked, (x,))
+
+
+def test_rows_too_few_for_two_streams_run_layer_by_layer(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+    chunked, plain = _mlp_pair((torch.nn.ELU(),), True)
+    x = torch.randn(31, 5, dtype=torch.float64)  # one chunk, too few rows for two streams
+    assert mlp_module._streams(x) == 1
+    assert torch.equal(chunked(x), plain(x))
+    assert mlp_module._streams(torch.randn(32, 5)) == 2
+
+
+def _evaluate(module: torch.nn.Module, x: torch.Tensor) -> np.ndarray:
+    # A NumPy array travels back by value; a tensor would go through torch's shared memory.
+    with torch.no_grad():
+        return module(x).numpy()
+
+
+def test_a_forked_child_starts_its_own_workers(two_threads: None) -> None:
+    chunked, plain = _mlp_pair((torch.nn.ELU(),), True)
+    x = torch.randn(mlp_module._chunk_rows(chunked._plan()) * 2 + 3, 5, dtype=torch.float64)
+    expected = plain(x)
+    torch.testing.assert_close(chunked(x), expected)  # the parent's workers exist now
+    assert mlp_module._WORKERS
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        got = pool.apply(_evaluate, (chunked, x))
+    torch.testing.assert_close(torch.from_numpy(got), expected)
 
 
 @pytest.mark.parametrize(

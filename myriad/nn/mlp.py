@@ -9,21 +9,35 @@ same in reverse, so a chunk's intermediate values are reused from the cache: abo
 on a 2-core CPU. The values are those of the layer-by-layer evaluation up to floating-point
 summation order (weight gradients are summed chunk by chunk). The activation's derivative is
 taken from its output (ELU, ReLU, leaky ReLU, tanh); MLPs with other activations, inputs that
-are not ``[N, in]`` and inputs of at most one chunk (4,096 rows of a 64-unit MLP) run layer by
-layer.
+are not ``[N, in]`` on the CPU and inputs of at most one chunk (4,096 rows of a 64-unit MLP) run
+layer by layer.
+
+With ``T > 1`` torch threads the rows are split into ``T`` contiguous streams of chunks, each
+run by its own single-threaded worker thread (torch releases the GIL inside its kernels).
+Splitting every 4,096-row product and activation over OpenMP threads instead costs a barrier per
+op, and each thread's share of a chunk is too small to pay for it; on a loaded machine, where a
+barrier waits for a descheduled thread, it was slower than one thread. Each stream sums its own
+weight gradients and the streams' sums are added in stream order, so a run is reproducible for
+a given thread count.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
 #: Rows per chunk are chosen so that one activation of the widest layer takes about this many
-#: bytes per torch thread (a CPU core's L2 cache: each thread works on its share of the rows).
+#: bytes (a CPU core's L2 cache: each worker thread runs its own chunks).
 CHUNK_BYTES = 1 << 20
+
+R = TypeVar("R")
 
 
 def _activate_(act: nn.Module, y: torch.Tensor) -> None:
@@ -57,7 +71,69 @@ Plan = tuple[tuple[nn.Linear, nn.Module | None], ...]
 
 def _chunk_rows(plan: Plan) -> int:
     width = max(max(lin.in_features, lin.out_features) for lin, _ in plan)
-    return max(16, CHUNK_BYTES * torch.get_num_threads() // (4 * width))
+    return max(16, CHUNK_BYTES // (4 * width))
+
+
+#: Single-threaded worker pools by size, created on first use. A forked child cannot use its
+#: parent's threads: it starts with none.
+_WORKERS: dict[int, ThreadPoolExecutor] = {}
+os.register_at_fork(after_in_child=_WORKERS.clear)
+
+
+def _workers(count: int) -> ThreadPoolExecutor:
+    """``count`` worker threads whose torch ops each run on one thread."""
+    pool = _WORKERS.get(count)
+    if pool is None:
+        threads = torch.get_num_threads()
+        started = Barrier(count)
+
+        def single_threaded() -> None:
+            # torch.set_num_threads sets the calling thread's OpenMP and MKL counts and a
+            # process-wide default that threads read on their first op: read it here, before
+            # the caller restores the default below.
+            torch.set_num_threads(1)
+            torch.get_num_threads()
+            started.wait()
+
+        pool = ThreadPoolExecutor(count, "myriad-mlp", initializer=single_threaded)
+        # Each task starts one thread (none is idle yet); all meet at the barrier.
+        for future in [pool.submit(int) for _ in range(count)]:
+            future.result()
+        torch.set_num_threads(threads)
+        _WORKERS[count] = pool
+    return pool
+
+
+#: The fewest rows worth a worker thread of their own. 1,024-4,096 rows of a 64-unit MLP ran
+#: faster as two streams than on two OpenMP threads (one-off observation, 2026-11-26, 2-core CPU).
+MIN_STREAM_ROWS = 1024
+
+
+def _streams(x: torch.Tensor) -> int:
+    """Chunk streams for ``x [N, in]`` on the CPU: one per torch thread, each of at least
+    :data:`MIN_STREAM_ROWS` rows."""
+    return max(1, min(torch.get_num_threads(), x.shape[0] // MIN_STREAM_ROWS))
+
+
+def _in_streams(n: int, streams: int, work: Callable[[int, int], R]) -> list[R]:
+    """``work(start, stop)`` for ``streams`` contiguous near-equal row ranges of ``[0, n)``,
+    on the worker threads when there are several; results in range order.
+
+    ``work`` records no autograd graph (it runs inside a custom Function or without
+    gradients), and runs in the caller's inference mode: both modes belong to a thread.
+    """
+    if streams == 1:
+        return [work(0, n)]
+    inference = torch.is_inference_mode_enabled()
+
+    def run(start: int, stop: int) -> R:
+        with torch.inference_mode(inference), torch.no_grad():
+            return work(start, stop)
+
+    bounds = [n * k // streams for k in range(streams + 1)]
+    pool = _workers(streams)
+    futures = [pool.submit(run, bounds[k], bounds[k + 1]) for k in range(streams)]
+    return [f.result() for f in futures]
 
 
 def _forward_chunk(
@@ -71,15 +147,79 @@ def _forward_chunk(
         h = outs[i]
 
 
+def _forward_rows(
+    plan: Plan,
+    params: tuple[torch.Tensor, ...],
+    x: torch.Tensor,
+    outs: list[torch.Tensor],
+    start: int,
+    stop: int,
+) -> None:
+    """All layers on rows ``[start, stop)`` of ``x``, a chunk at a time, into ``outs``."""
+    rows = _chunk_rows(plan)
+    for s in range(start, stop, rows):
+        e = min(s + rows, stop)
+        _forward_chunk(plan, params, x[s:e], [o[s:e] for o in outs])
+
+
+def _backward_rows(
+    plan: Plan,
+    params: tuple[torch.Tensor, ...],
+    x: torch.Tensor,
+    outs: tuple[torch.Tensor, ...],
+    grad: torch.Tensor,
+    grad_x: torch.Tensor | None,
+    start: int,
+    stop: int,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Backward through rows ``[start, stop)``, a chunk at a time: writes their rows of
+    ``grad_x`` and returns the weight and bias gradients summed over them.
+
+    Weight gradients accumulate in the orientation whose product is fast (myriad.nn.linear):
+    ``[in, out]`` when in < out, the parameter's own ``[out, in]`` otherwise.
+    """
+    depth, rows = len(plan), _chunk_rows(plan)
+    transposed = [lin.in_features < lin.out_features for lin, _ in plan]
+    grad_w = [
+        torch.zeros(lin.in_features, lin.out_features, dtype=x.dtype, device=x.device)
+        if t
+        else torch.zeros_like(params[2 * i])
+        for i, ((lin, _), t) in enumerate(zip(plan, transposed))
+    ]
+    grad_b = [torch.zeros_like(params[2 * i + 1]) for i in range(depth)]
+    for s in range(start, stop, rows):
+        e = min(s + rows, stop)
+        g = grad[s:e]
+        for i in reversed(range(depth)):
+            act = plan[i][1]
+            if act is not None:
+                g = _activation_grad(act, g, outs[i][s:e])
+            h_in = x[s:e] if i == 0 else outs[i - 1][s:e]
+            if transposed[i]:
+                grad_w[i].addmm_(h_in.t(), g)
+            else:
+                grad_w[i].addmm_(g.t(), h_in)
+            grad_b[i] += g.sum(dim=0)
+            if i > 0:
+                g = g.mm(params[2 * i])
+            elif grad_x is not None:
+                torch.mm(g, params[0], out=grad_x[s:e])
+    return [w.t() if t else w for w, t in zip(grad_w, transposed)], grad_b
+
+
 class _ChunkedMLP(torch.autograd.Function):
     """The MLP of ``plan`` on ``x [N, in]``; ``params`` are (weight [out, in], bias) per layer."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, plan: Plan, *params: torch.Tensor) -> torch.Tensor:
-        n, rows = x.shape[0], _chunk_rows(plan)
+        n = x.shape[0]
         outs = [x.new_empty(n, lin.out_features) for lin, _ in plan]
-        for s in range(0, n, rows):
-            _forward_chunk(plan, params, x[s : s + rows], [o[s : s + rows] for o in outs])
+        ctx.streams = _streams(x)
+        _in_streams(
+            n,
+            ctx.streams,
+            lambda start, stop: _forward_rows(plan, params, x, outs, start, stop),
+        )
         ctx.plan = plan
         ctx.save_for_backward(x, *params, *outs)
         return outs[-1]
@@ -95,37 +235,19 @@ class _ChunkedMLP(torch.autograd.Function):
             ctx.saved_tensors[1 + 2 * depth :],
         )
         grad = grad.contiguous()
-        n, rows = x.shape[0], _chunk_rows(plan)
-        # Weight gradients accumulate in the orientation whose product is fast (myriad.nn.linear):
-        # [in, out] when in < out, the parameter's own [out, in] otherwise.
-        transposed = [lin.in_features < lin.out_features for lin, _ in plan]
-        grad_w = [
-            torch.zeros(lin.in_features, lin.out_features, dtype=x.dtype, device=x.device)
-            if t
-            else torch.zeros_like(params[2 * i])
-            for i, ((lin, _), t) in enumerate(zip(plan, transposed))
-        ]
-        grad_b = [torch.zeros_like(params[2 * i + 1]) for i in range(depth)]
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
-        for s in range(0, n, rows):
-            g = grad[s : s + rows]
-            for i in reversed(range(depth)):
-                act = plan[i][1]
-                if act is not None:
-                    g = _activation_grad(act, g, outs[i][s : s + rows])
-                h_in = x[s : s + rows] if i == 0 else outs[i - 1][s : s + rows]
-                if transposed[i]:
-                    grad_w[i].addmm_(h_in.t(), g)
-                else:
-                    grad_w[i].addmm_(g.t(), h_in)
-                grad_b[i] += g.sum(dim=0)
-                if i > 0:
-                    g = g.mm(params[2 * i])
-                elif grad_x is not None:
-                    torch.mm(g, params[0], out=grad_x[s : s + rows])
+        sums = _in_streams(
+            x.shape[0],
+            ctx.streams,
+            lambda start, stop: _backward_rows(plan, params, x, outs, grad, grad_x, start, stop),
+        )
+        grad_w, grad_b = sums[0]
+        for w, b in sums[1:]:  # in stream order: the same sum in every run
+            grad_w = [a + c for a, c in zip(grad_w, w)]
+            grad_b = [a + c for a, c in zip(grad_b, b)]
         grads: list[torch.Tensor | None] = [grad_x, None]
         for i in range(depth):
-            grads += [grad_w[i].t().contiguous() if transposed[i] else grad_w[i], grad_b[i]]
+            grads += [grad_w[i].contiguous(), grad_b[i]]
         return tuple(grads)
 
 
@@ -154,17 +276,18 @@ class MLP(nn.Sequential):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         plan = self._plan()
-        # Rows that fit in one chunk gain nothing from chunking: they run layer by layer, as
-        # a plain nn.Sequential (the same floating-point results).
-        if plan is None or x.ndim != 2 or x.shape[0] <= _chunk_rows(plan):
+        # Chunks are for CPU caches. Rows that fit in one chunk and one stream gain nothing from
+        # chunking: they run layer by layer, as a plain nn.Sequential (the same results).
+        if plan is None or x.ndim != 2 or x.device.type != "cpu":
+            return super().forward(x)
+        if _streams(x) == 1 and x.shape[0] <= _chunk_rows(plan):
             return super().forward(x)
         params = tuple(p for lin, _ in plan for p in (lin.weight, lin.bias))
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
             return _ChunkedMLP.apply(x, plan, *params)
-        n, rows = x.shape[0], _chunk_rows(plan)
-        out = x.new_empty(n, plan[-1][0].out_features)
-        for s in range(0, n, rows):
-            chunk = x[s : s + rows]
-            outs = [x.new_empty(chunk.shape[0], lin.out_features) for lin, _ in plan[:-1]]
-            _forward_chunk(plan, params, chunk, [*outs, out[s : s + rows]])
-        return out
+        n = x.shape[0]
+        outs = [x.new_empty(n, lin.out_features) for lin, _ in plan]
+        _in_streams(
+            n, _streams(x), lambda start, stop: _forward_rows(plan, params, x, outs, start, stop)
+        )
+        return outs[-1]
