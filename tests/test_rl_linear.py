@@ -82,6 +82,21 @@ def chunked_plan(activations: tuple[torch.nn.Module, ...], last: bool) -> mlp_mo
     return plan
 
 
+def assert_same_values_and_gradients(
+    chunked: torch.nn.Module, plain: torch.nn.Module, x: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """``chunked(x)`` and its gradients (input and parameters, for a fixed upstream gradient)
+    equal ``plain``'s; returns ``chunked``'s gradients."""
+    y, expected = chunked(x), plain(x)
+    torch.testing.assert_close(y, expected)
+    upstream = torch.randn(y.shape, dtype=y.dtype, generator=torch.Generator().manual_seed(0))
+    got = torch.autograd.grad(y, [x, *chunked.parameters()], upstream)
+    want = torch.autograd.grad(expected, [x, *plain.parameters()], upstream)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    return got
+
+
 def test_chunks_hold_one_l2_share_whatever_the_thread_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -140,14 +155,8 @@ def test_two_streams_give_the_sequential_values_and_gradients_reproducibly(
     monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
     chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
     x = torch.randn(75, 5, dtype=torch.float64, requires_grad=True)
-    y, expected = chunked(x), plain(x)
-    torch.testing.assert_close(y, expected)
-    upstream = torch.randn_like(y)
-    got = torch.autograd.grad(y, [x, *chunked.parameters()], upstream)
-    want = torch.autograd.grad(expected, [x, *plain.parameters()], upstream)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b)
-    again = torch.autograd.grad(chunked(x), [x, *chunked.parameters()], upstream)
+    got = assert_same_values_and_gradients(chunked, plain, x)
+    again = assert_same_values_and_gradients(chunked, plain, x)
     assert all(torch.equal(a, b) for a, b in zip(got, again))
     assert torch.autograd.gradcheck(chunked, (x,))
 
@@ -199,15 +208,9 @@ def test_chunked_mlp_matches_the_sequential_evaluation(
     chunked, plain = _mlp_pair(activations, last)
     assert list(chunked.state_dict()) == list(plain.state_dict())
     x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)
-    y, expected = chunked(x), plain(x)
-    torch.testing.assert_close(y, expected)
-    upstream = torch.randn_like(y)
-    got = torch.autograd.grad(y, [x, *chunked.parameters()], upstream)
-    want = torch.autograd.grad(expected, [x, *plain.parameters()], upstream)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b)
+    assert_same_values_and_gradients(chunked, plain, x)
     with torch.no_grad():
-        torch.testing.assert_close(chunked(x), expected)
+        torch.testing.assert_close(chunked(x), plain(x))
     assert torch.autograd.gradcheck(chunked, (x,))
 
 
