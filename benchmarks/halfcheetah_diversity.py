@@ -226,15 +226,15 @@ def figure(
             for body, m in zip(parts["bodies"], members, strict=True):
                 body.set_facecolor(plt.cm.tab10(m % 10))
                 body.set_alpha(0.6)
-            ax.set_xticks(members)
+            ax.set_xticks(members[:: max(1, len(members) // 16)])  # at most about 16 labels
             ax.set_xlabel("member")
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3)
             ax.set_title(f"{name}: {summary['distinct_behaviours']} distinct behaviours")
         axes[row, 1].set_ylim(-math.pi, math.pi)
     fig.suptitle(
-        "HalfCheetah, 8-member K-Myriad population (features: x, pitch): per-member "
-        "distributions over evaluation rollouts"
+        f"HalfCheetah, {len(result['pretrained']['members'])}-member K-Myriad population "
+        "(features: x, pitch): per-member distributions over evaluation rollouts"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
