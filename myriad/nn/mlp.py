@@ -104,8 +104,10 @@ def _workers(count: int) -> ThreadPoolExecutor:
     return pool
 
 
-#: The fewest rows worth a worker thread of their own. 1,024-4,096 rows of a 64-unit MLP ran
-#: faster as two streams than on two OpenMP threads (one-off observation, 2026-11-26, 2-core CPU).
+#: The fewest rows worth a worker thread of their own. A forward pass of a 64-64 ELU MLP over
+#: 1,024-2,048 rows ran 1.1-1.6x faster as two streams than on two OpenMP threads, over 4,096
+#: rows about as fast, on the quiet 2-core CPU; 1.5-2.5x faster under load (one-off
+#: observations, 2026-11-26).
 MIN_STREAM_ROWS = 1024
 
 
