@@ -135,6 +135,9 @@ def test_two_threads_run_two_single_threaded_streams(
     torch.testing.assert_close(chunked(x), plain(x))
     with torch.inference_mode():
         torch.testing.assert_close(chunked(x), plain(x))
+    with torch.no_grad():  # hidden layers kept one chunk at a time
+        torch.testing.assert_close(chunked(x), plain(x))
+    assert len(seen) == 6
     seen = seen[:2]
     # Two contiguous ranges, each on a worker thread whose ops run on one thread.
     assert sorted(s[:2] for s in seen) == [(0, 20), (20, 41)]

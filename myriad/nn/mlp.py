@@ -24,7 +24,7 @@ a given thread count.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 from typing import Any, TypeVar
@@ -153,15 +153,21 @@ def _forward_rows(
     plan: Plan,
     params: tuple[torch.Tensor, ...],
     x: torch.Tensor,
-    outs: list[torch.Tensor],
+    outs: Sequence[torch.Tensor | None],
     start: int,
     stop: int,
 ) -> None:
-    """All layers on rows ``[start, stop)`` of ``x``, a chunk at a time, into ``outs``."""
+    """All layers on rows ``[start, stop)`` of ``x``, a chunk at a time, into ``outs``: layer
+    i's output ``[N, out_i]``, or None for a layer whose output is not kept (it then lives one
+    chunk at a time, in the cache)."""
     rows = _chunk_rows(plan)
     for s in range(start, stop, rows):
         e = min(s + rows, stop)
-        _forward_chunk(plan, params, x[s:e], [o[s:e] for o in outs])
+        chunk_outs = [
+            x.new_empty(e - s, lin.out_features) if o is None else o[s:e]
+            for o, (lin, _) in zip(outs, plan)
+        ]
+        _forward_chunk(plan, params, x[s:e], chunk_outs)
 
 
 def _backward_rows(
@@ -287,9 +293,11 @@ class MLP(nn.Sequential):
         params = tuple(p for lin, _ in plan for p in (lin.weight, lin.bias))
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
             return _ChunkedMLP.apply(x, plan, *params)
-        n = x.shape[0]
-        outs = [x.new_empty(n, lin.out_features) for lin, _ in plan]
+        out = x.new_empty(x.shape[0], plan[-1][0].out_features)
+        outs: list[torch.Tensor | None] = [*[None] * (len(plan) - 1), out]
         _in_streams(
-            n, _streams(x), lambda start, stop: _forward_rows(plan, params, x, outs, start, stop)
+            x.shape[0],
+            _streams(x),
+            lambda start, stop: _forward_rows(plan, params, x, outs, start, stop),
         )
-        return outs[-1]
+        return out
