@@ -337,6 +337,9 @@ def _os_error(exc: OSError) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from myriad.utils.memory import keep_freed_memory
+
+    keep_freed_memory()  # the learning loop reuses its freed tensors' pages (myriad.utils.memory)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("MYRIAD_DEBUG", "") not in ("", "0")
     args = [a for a in args if a != "--debug"]
