@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import myriad.nn.mlp as mlp_module
+from myriad.nn.activations import ELU
 from myriad.nn.linear import Linear, batched_linear, linear
 from myriad.nn.mlp import MLP
 
@@ -197,6 +198,7 @@ def test_a_forked_child_starts_its_own_workers(two_threads: None) -> None:
     ("activations", "last"),
     [
         ((torch.nn.ELU(), torch.nn.ELU()), True),
+        ((ELU(), ELU()), True),
         ((torch.nn.ReLU(), torch.nn.Tanh()), False),
         ((torch.nn.LeakyReLU(0.1),), True),
     ],

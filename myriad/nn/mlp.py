@@ -33,6 +33,8 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from myriad.nn.activations import ELU, elu_, elu_grad
+
 #: Rows per chunk are chosen so that one activation of the widest layer takes about this many
 #: bytes (a CPU core's L2 cache: each worker thread runs its own chunks).
 CHUNK_BYTES = 1 << 20
@@ -42,7 +44,9 @@ R = TypeVar("R")
 
 def _activate_(act: nn.Module, y: torch.Tensor) -> None:
     """Apply ``act`` to ``y`` in place."""
-    if isinstance(act, nn.ELU):
+    if isinstance(act, ELU):
+        elu_(y, act.alpha)
+    elif isinstance(act, nn.ELU):
         torch.nn.functional.elu_(y, act.alpha)
     elif isinstance(act, nn.ReLU):
         y.relu_()
@@ -55,8 +59,8 @@ def _activate_(act: nn.Module, y: torch.Tensor) -> None:
 def _activation_grad(act: nn.Module, grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Gradient with respect to the activation's input, from its output ``out``."""
     aten = torch.ops.aten
-    if isinstance(act, nn.ELU):
-        return aten.elu_backward(grad, act.alpha, 1.0, 1.0, True, out)
+    if isinstance(act, nn.ELU):  # myriad's ELU too: the derivative from the output is the same
+        return elu_grad(grad, out, act.alpha)
     if isinstance(act, nn.ReLU):
         return aten.threshold_backward(grad, out, 0.0)
     if isinstance(act, nn.LeakyReLU):

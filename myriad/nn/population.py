@@ -37,6 +37,7 @@ from typing import Any, NamedTuple, cast
 import torch
 from torch import nn
 
+from myriad.nn.activations import ELU
 from myriad.nn.distributions import (
     gaussian_entropy,
     gaussian_log_prob,
@@ -57,7 +58,7 @@ VALUE_STATS = ("member", "shared")
 LOADABLE_DIFFERENCES = ("size", "value_stats")
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "elu": nn.ELU,
+    "elu": ELU,  # nn.ELU through exp on the CPU (myriad.nn.activations)
     "relu": nn.ReLU,
     "tanh": nn.Tanh,
     "silu": nn.SiLU,

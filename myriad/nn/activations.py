@@ -1,0 +1,80 @@
+"""ELU evaluated through ``exp`` on the CPU, where torch's ELU kernel is dominated by ``expm1``.
+
+For ``0 < alpha <= 1``, ``ELU(x) = max(x, alpha (exp(min(x, 0)) - 1))``: for ``x > 0`` the second
+term is 0, and for ``x <= 0`` it is at least ``exp(x) - 1 >= x``. On a CPU torch evaluates its ELU
+with a vectorised ``expm1``, which costs about five times a vectorised ``exp``: over a
+``[4096, 64]`` activation (one chunk of :class:`~myriad.nn.mlp.MLP`) ``F.elu`` took 368 us and the
+four passes ``clamp``, ``exp``, ``sub``, ``maximum`` 241 us on one thread of the 2-core benchmark
+CPU (AVX-512; one-off observation, 2026-11-26). ELU is the most expensive op of a PPO update on
+such networks, more than the matrix products.
+
+The price is ``exp(x) - 1`` instead of ``expm1(x)`` for negative inputs: an absolute error of at
+most about ``1.2e-7 alpha`` (half a unit in the last place of 1, plus ``exp``'s own rounding), which
+is a relative error only for inputs within about ``1e-3`` of 0. The derivative is taken from the
+output, as torch's own ELU backward does (``alpha exp(x) = out + alpha`` for ``x <= 0``). On other
+devices, and for ``alpha`` outside ``(0, 1]``, torch's kernel runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+
+def _exp_form(x: torch.Tensor, alpha: float) -> bool:
+    return x.device.type == "cpu" and 0.0 < alpha <= 1.0
+
+
+def _negative_part(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``alpha (exp(min(x, 0)) - 1)``, a new tensor shaped like ``x``."""
+    negative = x.clamp(max=0.0).exp_().sub_(1.0)
+    return negative if alpha == 1.0 else negative.mul_(alpha)
+
+
+def elu_(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """ELU of ``x`` in place (no autograd record); returns ``x``."""
+    if not _exp_form(x, alpha):
+        return torch.nn.functional.elu_(x, alpha)
+    return torch.maximum(x, _negative_part(x, alpha), out=x)
+
+
+def elu_grad(grad: torch.Tensor, out: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """Gradient with respect to ELU's input, from the output ``out`` and ``grad = dL/dout``."""
+    return torch.ops.aten.elu_backward(grad, alpha, 1.0, 1.0, True, out)
+
+
+class _ELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, alpha: float) -> torch.Tensor:
+        negative = _negative_part(x, alpha)
+        out = torch.maximum(x, negative, out=negative)
+        ctx.alpha = alpha
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (out,) = ctx.saved_tensors
+        return elu_grad(grad, out, ctx.alpha), None
+
+
+def elu(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
+    """ELU of ``x`` (any shape), differentiable."""
+    if not _exp_form(x, alpha):
+        return torch.nn.functional.elu(x, alpha)
+    if torch.is_grad_enabled() and x.requires_grad:
+        out: torch.Tensor = _ELU.apply(x, alpha)
+        return out
+    negative = _negative_part(x, alpha)
+    return torch.maximum(x, negative, out=negative)
+
+
+class ELU(nn.ELU):
+    """``nn.ELU`` (same arguments, no parameters) evaluated with :func:`elu`."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return super().forward(input) if self.inplace else elu(input, self.alpha)
