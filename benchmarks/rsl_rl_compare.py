@@ -22,6 +22,11 @@ truncated episodes from V(final observation) (one extra critic pass per step) wh
 V(current observation), and myriad normalises the critic's targets (value normalisation).
 Advantages are normalised per minibatch in myriad and per rollout in rsl_rl.
 
+Both run in one process, under the OpenMP wait policy of the environment (recorded in the JSON's
+``machine.openmp``): unset, libgomp's default, as for ``myriad finetune`` and for a plain rsl_rl
+script. ``OMP_WAIT_POLICY=PASSIVE python benchmarks/rsl_rl_compare.py`` times both with sleeping
+idle threads (as ``myriad pretrain`` runs), which slows rsl_rl's two-thread loop.
+
     .venv/bin/python benchmarks/rsl_rl_compare.py                 # full: threads 1 and 2
     .venv/bin/python benchmarks/rsl_rl_compare.py --quick         # a smoke run
     .venv/bin/python benchmarks/rsl_rl_compare.py --value-clip 0.2 --threads 1 --skip-population \
@@ -35,10 +40,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-
-# As in myriad's CLI: idle OpenMP threads must not spin while other processes share the cores
-# (the policy is read when the runtime loads, before torch is imported).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import statistics
 import sys
 import time

@@ -21,10 +21,23 @@ from typing import Any
 
 from myriad.utils.commandline import ArgumentParser
 
-# faiss-cpu and torch each load an OpenMP runtime; with the default spinning wait policy their
-# idle threads starve each other's working threads on few cores (exact faiss in 2-D: 32 s instead
-# of 4 s on 2 cores). The policy is read when a runtime loads, so it must be set before either.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+#: Commands that run faiss (k-NN entropy) beside torch. faiss-cpu and torch each load an OpenMP
+#: runtime; when both work at once (pretraining searches during the update), idle threads that
+#: spin starve the other runtime's working threads on few cores, so these commands make idle
+#: threads sleep. The others keep libgomp's default, whose brief spinning makes each torch op's
+#: parallel region cheap: a PPO iteration at 4,096 envs on 2 cores took 0.63 s with it and 0.84 s
+#: with sleeping threads (myriad.nn.mlp; one-off observation, 2026-11-26). The policy is read
+#: when a runtime loads, so it is set before either is imported.
+SLEEPING_OPENMP_COMMANDS = ("pretrain", "bench")
+
+
+def _set_openmp_wait_policy(argv: list[str]) -> None:
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in SLEEPING_OPENMP_COMMANDS:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+_set_openmp_wait_policy(sys.argv[1:])
 
 BENCHMARKS = {"envs": "myriad.bench.envs", "knn": "myriad.bench.knn", "gpu": "myriad.bench.gpu"}
 

@@ -77,3 +77,31 @@ def test_doctor_reports_faiss(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert (f"faiss: faiss-gpu {gpu}," if gpu else f"faiss: faiss-cpu {cpu},") in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "preset", "expected"),
+    [
+        (["pretrain", "iterations=1"], None, "PASSIVE"),
+        (["--debug", "bench", "knn"], None, "PASSIVE"),
+        (["finetune", "--algo", "ppo"], None, None),
+        (["render", "runs/x"], None, None),
+        (["pretrain"], "ACTIVE", "ACTIVE"),
+    ],
+)
+def test_openmp_wait_policy_is_chosen_per_command_before_torch_loads(argv, preset, expected):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset is not None:
+        env["OMP_WAIT_POLICY"] = preset
+    code = (
+        f"import os, sys; sys.argv = ['myriad', *{argv!r}]; import myriad.cli; "
+        "print('torch' in sys.modules, os.environ.get('OMP_WAIT_POLICY'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["False", str(expected)]

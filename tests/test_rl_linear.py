@@ -109,7 +109,9 @@ def test_chunks_hold_one_l2_share_whatever_the_thread_count(
 
 
 @pytest.fixture
-def two_threads() -> Iterator[None]:
+def two_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Two torch threads, and idle OpenMP threads that sleep: the MLP runs two streams."""
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -174,6 +176,19 @@ def test_rows_too_few_for_two_streams_run_layer_by_layer(
     assert mlp_module._streams(x) == 1
     assert torch.equal(chunked(x), plain(x))
     assert mlp_module._streams(torch.randn(32, 5)) == 2
+
+
+def test_spinning_openmp_threads_split_each_op_instead(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+    x = torch.randn(64, 5)
+    assert mlp_module._streams(x) == 2
+    for policy in ("", "ACTIVE"):
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        assert mlp_module._streams(x) == 1
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert mlp_module._streams(x) == 1
 
 
 def _evaluate(module: torch.nn.Module, x: torch.Tensor) -> np.ndarray:

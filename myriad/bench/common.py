@@ -24,6 +24,8 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        # Read by the OpenMP runtime when it loads; unset means libgomp's default.
+        "openmp": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")},
         "device": device,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

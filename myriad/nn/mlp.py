@@ -12,13 +12,17 @@ taken from its output (ELU, ReLU, leaky ReLU, tanh); MLPs with other activations
 are not ``[N, in]`` on the CPU and inputs of at most one chunk (4,096 rows of a 64-unit MLP) run
 layer by layer.
 
-With ``T > 1`` torch threads the rows are split into ``T`` contiguous streams of chunks, each
-run by its own single-threaded worker thread (torch releases the GIL inside its kernels).
-Splitting every 4,096-row product and activation over OpenMP threads instead costs a barrier per
-op, and each thread's share of a chunk is too small to pay for it; on a loaded machine, where a
-barrier waits for a descheduled thread, it was slower than one thread. Each stream sums its own
-weight gradients and the streams' sums are added in stream order, so a run is reproducible for
-a given thread count.
+When idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, which ``myriad pretrain`` sets)
+and there are ``T > 1`` torch threads, the rows are split into ``T`` contiguous streams of
+chunks, each run by its own single-threaded worker thread (torch releases the GIL inside its
+kernels): splitting every 4,096-row op over OpenMP threads would wake the sleeping threads once
+per op. With libgomp's default policy, whose idle threads spin for a while before they sleep,
+the ops are split over OpenMP threads as usual: there the spinning team would take the cores
+the streams need. On the 2-core benchmark CPU, a PPO iteration at 4,096 envs with two threads
+took 0.84 s with streams and 1.25 s without under the passive policy, and 0.97 s with streams
+and 0.63 s without under the default one (one-off observations, 2026-11-26). Each stream sums
+its own weight gradients and the streams' sums are added in stream order, so a run is
+reproducible for a given thread count and policy.
 """
 
 from __future__ import annotations
@@ -115,9 +119,18 @@ def _workers(count: int) -> ThreadPoolExecutor:
 MIN_STREAM_ROWS = 1024
 
 
+def openmp_threads_sleep() -> bool:
+    """Whether idle OpenMP threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``) rather than spin
+    for a while (libgomp's default). The runtime reads the variable when it loads; the
+    ``myriad`` command sets it before torch is imported."""
+    return os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
+
+
 def _streams(x: torch.Tensor) -> int:
-    """Chunk streams for ``x [N, in]`` on the CPU: one per torch thread, each of at least
-    :data:`MIN_STREAM_ROWS` rows."""
+    """Chunk streams for ``x [N, in]`` on the CPU: with sleeping OpenMP threads, one per torch
+    thread, each of at least :data:`MIN_STREAM_ROWS` rows; otherwise one."""
+    if not openmp_threads_sleep():
+        return 1
     return max(1, min(torch.get_num_threads(), x.shape[0] // MIN_STREAM_ROWS))
 
 
