@@ -18,8 +18,9 @@ a SAPG population of 16 members against single-policy PPO in myriad (the finetun
 same env and network), interleaved in the same way.
 
 Differences that remain by design, and cost myriad time rather than save it: myriad bootstraps
-truncated episodes from V(final observation) (one extra critic pass per step) where rsl_rl uses
-V(current observation), and myriad normalises the critic's targets (value normalisation).
+truncated episodes from V(final observation) (a critic pass over the truncated steps after each
+rollout) where rsl_rl uses V(current observation), and myriad normalises the critic's targets
+(value normalisation).
 Advantages are normalised per minibatch in myriad and per rollout in rsl_rl.
 
 Both run in one process, under the OpenMP wait policy of the environment (recorded in the JSON's

@@ -128,6 +128,36 @@ def test_collector_bootstraps_truncations_and_tracks_episodes():
     # After a reset the observation restarts the episode clock.
     assert torch.all(storage.obs[3, :, 1] == 0)
     torch.testing.assert_close(storage.last_values, model.value(collector.obs, collector.member))
+
+
+def test_truncation_bootstrap_evaluates_the_truncated_steps_only(monkeypatch):
+    torch.manual_seed(0)
+    env = DriftEnv(8, max_episode_steps=3)
+    model = PopulationActorCritic(2, 1, 2, actor_hidden=(8,), critic_hidden=(8,))
+    with torch.no_grad():
+        model.log_std.fill_(-2.0)  # every episode is truncated, at t = 2
+    collector = RolloutCollector(env, model, generator=torch.Generator().manual_seed(1))
+    storage = collector.make_storage(5)
+    collector.reset(seed=3)
+    collector.collect_steps(storage)
+    # The loop leaves the bootstraps at 0 and keeps the final observations.
+    assert torch.all(storage.truncation_values == 0)
+    rows: list[int] = []
+    value = model.value
+
+    def counted(obs, member, blocked=False):  # type: ignore[no-untyped-def]
+        rows.append(obs.shape[0])
+        return value(obs, member, blocked)
+
+    monkeypatch.setattr(model, "value", counted)
+    collector.bootstrap_truncations(storage)
+    assert rows == [8]  # the eight truncated steps, not the 40 steps of the rollout
+    monkeypatch.undo()
+    final = torch.stack([storage.obs[2, :, 0] + storage.actions[2, :, 0], torch.full((8,), 3.0)], 1)
+    torch.testing.assert_close(
+        storage.truncation_values[2], model.value(final, collector.member), rtol=1e-5, atol=1e-6
+    )
+    assert torch.all(storage.truncation_values[[0, 1, 3, 4]] == 0)
     stats = collector.episodes.summary()
     assert stats["episode/count"] == 8.0 and stats["episode/length"] == 3.0
     torch.testing.assert_close(
@@ -153,8 +183,9 @@ def test_collect_runs_without_host_syncs_and_feeds_an_update(monkeypatch):
 
     for name in ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__"):
         monkeypatch.setattr(torch.Tensor, name, forbidden)
-    collector.collect(storage)
+    collector.collect_steps(storage)
     monkeypatch.undo()
+    collector.bootstrap_truncations(storage)  # after the loop: reads the truncation count
     stats = PPO(model, PPOConfig(epochs=1, minibatches=2)).update(storage)
     assert all(np.isfinite(v) for v in stats.values())
 
@@ -230,9 +261,10 @@ def test_cuda_rollout_loop_never_synchronises():
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            collector.collect(storage)
+            collector.collect_steps(storage)
         finally:
             torch.cuda.set_sync_debug_mode("default")
+        collector.bootstrap_truncations(storage)
         stats = PPO(model, PPOConfig(epochs=1, minibatches=2)).update(storage)
         assert all(np.isfinite(v) for v in stats.values())
 

@@ -242,7 +242,8 @@ def rollout_host_sync(collector: Any, storage: Any, device: str) -> str | None:
     torch.cuda.synchronize(device)
     torch.cuda.set_sync_debug_mode("error")
     try:
-        collector.collect(storage)
+        # The loop; the truncation bootstrap after it reads one count from the device.
+        collector.collect_steps(storage)
     except RuntimeError as exc:
         frames = [
             f"{Path(f.filename).name}:{f.lineno} ({f.name})"

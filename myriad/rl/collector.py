@@ -177,8 +177,10 @@ class RolloutCollector:
         member: ``[E]`` long (default: M contiguous equal blocks, see
             :func:`~myriad.nn.population.block_members`).
         generator: randomness of action sampling (None: torch's global generator).
-        bootstrap_truncated: evaluate V(final_obs) each step so truncated episodes are
-            bootstrapped (one extra critic pass per step).
+        bootstrap_truncated: bootstrap truncated episodes from V(final_obs). The final
+            observations of the rollout are kept (in the ``next_obs`` field with
+            ``store_transitions``, else in a ``[T, E, O]`` buffer of the collector) and the
+            critic evaluates those of the truncated steps only, once after the rollout.
         per_member_stats: report each member's episode return (default: when M <= 16, so large
             populations do not flood the logs).
         store_transitions: also keep, per step, ``next_obs`` (``info["final_obs"]``: the
@@ -211,6 +213,7 @@ class RolloutCollector:
         per_member = m <= 16 if per_member_stats is None else per_member_stats
         self.episodes = EpisodeTracker(m, env.device, per_member)
         self.obs: torch.Tensor | None = None
+        self._final_obs: torch.Tensor | None = None
 
     def make_storage(self, num_steps: int, **options: Any) -> RolloutStorage:
         """A storage shaped for this collector's env, model and member layout."""
@@ -235,23 +238,38 @@ class RolloutCollector:
         self.obs = self.env.reset(seed)
         return self.obs
 
+    def _final_obs_buffer(self, storage: RolloutStorage) -> torch.Tensor | None:
+        """Where the rollout's final observations go, ``[T, E, O]`` (None: not kept)."""
+        if self.store_transitions:
+            return storage.extras["next_obs"]
+        if not self.bootstrap_truncated:
+            return None
+        shape = (storage.num_steps, storage.num_envs, storage.obs_dim)
+        if self._final_obs is None or self._final_obs.shape != shape:
+            self._final_obs = storage.obs.new_empty(shape)
+        return self._final_obs
+
     @torch.no_grad()
     def collect(self, storage: RolloutStorage) -> None:
-        """Fill ``storage`` with ``storage.num_steps`` steps and the bootstrap ``last_values``."""
+        """Fill ``storage`` with ``storage.num_steps`` steps, the truncation bootstraps and
+        ``last_values``."""
+        self.collect_steps(storage)
+        self.bootstrap_truncations(storage)
+
+    @torch.no_grad()
+    def collect_steps(self, storage: RolloutStorage) -> None:
+        """The rollout loop: ``storage.num_steps`` steps and ``last_values``, with no read from
+        the device (truncation values are left at 0: :meth:`bootstrap_truncations`)."""
         obs = self.reset() if self.obs is None else self.obs
         model, member, blocked, env = self.model, self.member, self.blocked, self.env
+        final_obs = self._final_obs_buffer(storage)
         storage.clear()
-        for _ in range(storage.num_steps):
+        for t in range(storage.num_steps):
             out = model.act(obs, member, self.generator, blocked=blocked)
             extras = {"state_features": env.current_features()} if self.store_transitions else {}
             next_obs, reward, terminated, truncated, info = env.step(out.actions)
-            if self.store_transitions:
-                extras["next_obs"] = info["final_obs"]
-            truncation_value = (
-                model.value(info["final_obs"], member, blocked)
-                if self.bootstrap_truncated
-                else None
-            )
+            if final_obs is not None:
+                final_obs[t].copy_(info["final_obs"])
             storage.add(
                 obs=obs,
                 actions=out.actions,
@@ -260,7 +278,6 @@ class RolloutCollector:
                 reward=reward,
                 terminated=terminated,
                 truncated=truncated,
-                truncation_value=truncation_value,
                 features=info.get("features"),
                 mean=out.mean,
                 log_std=out.log_std,
@@ -275,6 +292,29 @@ class RolloutCollector:
             obs = next_obs
         storage.last_values.copy_(model.value(obs, member, blocked))
         self.obs = obs
+
+    @torch.no_grad()
+    def bootstrap_truncations(self, storage: RolloutStorage) -> None:
+        """``storage.truncation_values`` = V(final_obs) of the truncated steps of the rollout
+        just collected, 0 elsewhere.
+
+        Only those steps need the critic (one in 400 for episodes cut at 400 steps), where
+        evaluating it on every step's final observations doubled the critic passes of the
+        rollout. Finding them reads their count from the device: one host sync per rollout,
+        after the loop. The critic is the one that acted (the update has not run yet).
+        """
+        final_obs = self._final_obs_buffer(storage)
+        if final_obs is None:
+            return
+        rows = storage.truncated.view(-1).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return
+        envs = rows.remainder(storage.num_envs)
+        values = self.model.value(
+            final_obs.view(-1, storage.obs_dim).index_select(0, rows),
+            self.member.index_select(0, envs),
+        )
+        storage.truncation_values.view(-1).index_copy_(0, rows, values.to(storage.dtype))
 
     def state_dict(self) -> dict[str, Any]:
         """Current observations, episode accumulators, sampling generator and env state."""
