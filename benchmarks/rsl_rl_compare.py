@@ -467,7 +467,16 @@ def main(argv: list[str] | None = None) -> int:
         "--skip-rsl-rl", action="store_true", help="only the SAPG population against PPO"
     )
     ap.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
+    ap.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="the allocator setting of the myriad command (myriad.utils.memory), for both",
+    )
     args = ap.parse_args(argv)
+    if args.keep_freed_memory:
+        from myriad.utils.memory import keep_freed_memory
+
+        keep_freed_memory()
     if args.quick:
         args.num_envs, args.repeats, args.iterations, args.threads = 256, 2, 1, [1]
     rsl_rl_version = None
@@ -528,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
             "lr": LR,
             "desired_kl": DESIRED_KL,
             "myriad_value_clip": args.value_clip,
+            "keep_freed_memory": args.keep_freed_memory,
         },
         "rsl_rl_runs": runs,
         "population_runs": population,
