@@ -18,7 +18,8 @@ import argparse
 import json
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the myriad command sets it
+# The OpenMP policy malloc_tuning.json was measured under.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import resource
 import statistics
 import subprocess
