@@ -153,6 +153,14 @@ def test_truncation_bootstrap_evaluates_the_truncated_steps_only(monkeypatch):
     collector.bootstrap_truncations(storage)
     assert rows == [8]  # the eight truncated steps, not the 40 steps of the rollout
     monkeypatch.undo()
+    # Without bootstrapping, truncations get nothing (kept transitions or not).
+    for store in (False, True):
+        plain = RolloutCollector(env, model, bootstrap_truncated=False, store_transitions=store)
+        unbootstrapped = plain.make_storage(5)
+        plain.reset(seed=3)
+        plain.collect(unbootstrapped)
+        assert unbootstrapped.truncated.any()
+        assert torch.all(unbootstrapped.truncation_values == 0)
     final = torch.stack([storage.obs[2, :, 0] + storage.actions[2, :, 0], torch.full((8,), 3.0)], 1)
     torch.testing.assert_close(
         storage.truncation_values[2], model.value(final, collector.member), rtol=1e-5, atol=1e-6

@@ -304,7 +304,7 @@ class RolloutCollector:
         after the loop. The critic is the one that acted (the update has not run yet).
         """
         final_obs = self._final_obs_buffer(storage)
-        if final_obs is None:
+        if final_obs is None or not self.bootstrap_truncated:
             return
         rows = storage.truncated.view(-1).nonzero().squeeze(1)
         if rows.numel() == 0:
