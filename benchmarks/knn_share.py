@@ -4,9 +4,9 @@ Two pretraining runners with the same seed (``num_envs=16384 population.size=16`
 dataset) iterate in turn, for one and two torch threads in turn, so the machine's load falls on
 every setting alike:
 
-- ``before``: the k-NN search as it was: the kd-tree over all rows (identical states included),
-  queries in row order (:class:`LegacyKDTree`, a copy of that code registered for this script),
-  the pooled and per-member searches one after the other;
+- ``before``: the k-NN search as it was at first: scipy's kd-tree over all rows (identical
+  states included), queries in row order (:class:`LegacyKDTree`, a copy of that code
+  registered for this script), the pooled and per-member searches one after the other;
 - ``waited``: the default search, with the per-member search waited for before the update
   (``defer_members`` off);
 - ``after``: the default configuration (at ``beta = 1`` the per-member search runs on during
@@ -26,6 +26,7 @@ part times the pieces of one measurement (pooled search, per-member search, the 
 measurement) in CPU and wall seconds.
 
     python benchmarks/knn_share.py [--rounds 4] [--out benchmarks/results/knn_share.json]
+        [--keep-freed-memory]   # the allocator setting of the myriad command
     python benchmarks/knn_share.py --default-run   # benchmarks/results/knn_share_default_run.json
 """
 
@@ -387,11 +388,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--out", default="benchmarks/results/knn_share.json")
     parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="apply the myriad command's allocator setting (myriad.utils.memory) first",
+    )
+    parser.add_argument(
         "--default-run",
         action="store_true",
         help="instead: the default job before and after, into knn_share_default_run.json",
     )
     args = parser.parse_args()
+    if args.keep_freed_memory:
+        from myriad.utils.memory import keep_freed_memory
+
+        keep_freed_memory()
     REGISTRY[LegacyKDTree.name] = LegacyKDTree()
     if args.default_run:
         result = {"machine": machine_info(), "runs": default_run(), "load_average": os.getloadavg()}
@@ -451,7 +461,11 @@ def main() -> None:
             runner.close()
     payload: dict[str, Any] = {
         "machine": machine_info(),
-        "kdtree_workers": "all cores (scipy workers=-1), whatever the torch thread count",
+        "kdtree_workers": (
+            "all cores whatever the torch thread count (before: scipy workers=-1; waited and "
+            "after: pykdtree's OpenMP loop with every runtime's count raised to all cores)"
+        ),
+        "keep_freed_memory": args.keep_freed_memory,
         "overrides": OVERRIDES,
         "summary": summarise(rows),
         "iterations": rows,

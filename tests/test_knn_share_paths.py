@@ -17,7 +17,7 @@ import torch
 
 from myriad.entropy import knn as knn_mod
 from myriad.entropy import population_entropy_from_distances
-from myriad.entropy.knn import REGISTRY, KNNSearch, Neighbors
+from myriad.entropy.knn import REGISTRY, KNNSearch, Neighbors, multiset
 from myriad.entropy.knn.backends.kdtree import KDTREE_ORDER_MIN_QUERIES, KDTreeBackend
 from myriad.entropy.knn.multiset import DistinctRows
 from myriad.entropy.knn.neighbors import drop_self
@@ -143,16 +143,51 @@ def test_all_copies_of_a_point_within_k() -> None:
 
 
 def test_hash_collisions_fall_back_to_the_exact_search(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A constant hash: copies are no longer adjacent after the sort, a point is listed several
-    # times, and the search must still be exact.
-    from myriad.entropy.knn import multiset
+    # A constant hash and spatial key: copies are no longer adjacent after the sort, a point is
+    # listed several times, and the search must still be exact.
+    def constant(points: np.ndarray) -> np.ndarray:
+        return np.zeros(len(points), np.uint64)
 
-    monkeypatch.setattr(multiset, "row_hash", lambda points: np.zeros(len(points), np.uint64))
+    monkeypatch.setattr(multiset, "row_hash", constant)
+    monkeypatch.setattr(multiset, "spatial_key", constant)
     x = stacked_states(5000, seed=11)
     assert DistinctRows.find(x.double().numpy()).num_distinct > len(torch.unique(x, dim=0))
     assert_exact(KNNSearch(backend="kdtree")(x, K), x, K)
     ref = stacked_states(5000, seed=12)
     assert_exact(KNNSearch(backend="kdtree")(x, K, ref), x, K, ref)
+
+
+def test_rows_sharing_a_spatial_key_stay_apart() -> None:
+    # In 8-D the key keeps 8 bits per coordinate: points 1e-6 apart share a key, and copies of
+    # each are interleaved in row order; the hash must still group the copies.
+    gen = torch.Generator().manual_seed(13)
+    base = torch.rand(50, 8, generator=gen, dtype=torch.float64)
+    near = base + 1e-6
+    x = torch.cat([base, near, base, near, base])[torch.randperm(250, generator=gen)]
+    points = x.numpy()
+    assert len(np.unique(multiset.spatial_key(points))) < 60  # most pairs share a key
+    distinct = DistinctRows.find(points)
+    assert distinct.num_distinct == 100
+    assert_exact(KNNSearch(backend="kdtree")(x, K), x, K)
+
+
+def test_spatial_key_interleaves_the_bits_of_the_coordinates() -> None:
+    # Against a bit-by-bit Morton code: bit t of coordinate j lands at bit t * p + j.
+    gen = np.random.default_rng(0)
+    for p in (1, 2, 3, 5, 8):
+        points = gen.normal(size=(64, p))
+        bits = min(64 // p, 16)
+        lo, span = points.min(axis=0), points.max(axis=0) - points.min(axis=0)
+        cells = np.minimum((points - lo) * ((2.0**bits - 1) / span), 2.0**bits - 1)
+        cells = cells.astype(np.uint64)
+        expected = [
+            sum(((int(c[j]) >> t) & 1) << (t * p + j) for j in range(p) for t in range(bits))
+            for c in cells
+        ]
+        assert multiset.spatial_key(points).tolist() == expected
+    keys = gen.integers(0, 2**64, size=1000, dtype=np.uint64)
+    keys[::3] = keys[0]  # ties keep row order
+    assert np.array_equal(multiset.stable_argsort(keys), np.argsort(keys, kind="stable"))
 
 
 @pytest.mark.parametrize("groups", [4, 80])  # one tree per group; one shifted tree

@@ -36,6 +36,7 @@ from myriad.entropy.knn import (
     select_grouped_backend,
 )
 from myriad.utils.commandline import ArgumentParser
+from myriad.utils.threads import available_cpus
 
 DEFAULT_OUT = Path("benchmarks/results/knn.json")
 ALL_BACKENDS = ("kdtree", "faiss", "torch", "faiss-pq", "faiss-ivf", "faiss-hnsw")
@@ -92,12 +93,6 @@ def _set_threads(threads: int) -> None:
         faiss.omp_set_num_threads(threads)
     except ImportError:
         pass
-
-
-def _available_cpus() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _sync(device: torch.device) -> None:
@@ -183,7 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     dims = args.dims or [2, 29]
     repeats = args.repeats or (1 if quick else 3)
     max_seconds = args.max_seconds or (10.0 if quick else 30.0)
-    threads = args.threads or _available_cpus()
+    threads = args.threads or available_cpus()
     load_average_start = _load_average()
     _set_threads(threads)
     device = torch.device(args.device)

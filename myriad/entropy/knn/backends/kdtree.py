@@ -1,14 +1,16 @@
-"""``"kdtree"``: scipy ``cKDTree`` (``workers=-1``). Exact; the fastest choice on CPU in low
-dimension. The tree's distances come from float64 coordinate differences, so they are returned
-as they are (no re-ranking) and the data is not centred.
+"""``"kdtree"``: pykdtree's ``KDTree`` (queries spread over the cores with OpenMP). Exact; the
+fastest choice on CPU in low dimension. The tree's distances come from float64 coordinate
+differences, so they are returned as they are (no re-ranking) and the data is not centred.
 
-Two things keep large low-dimensional searches fast without changing their results
+Three things keep large low-dimensional searches fast without changing their results
 (benchmarks/results/knn_share.json, docs/pretrain.md):
 
 - the tree holds the distinct points only (:mod:`~myriad.entropy.knn.multiset`): a cluster of
   identical states would otherwise be one leaf that every query reaching it scans whole;
-- queries are answered in the leaf order of a kd-tree (:func:`spatial_order`), so consecutive
-  queries descend to the same leaves, whose points stay in cache.
+- queries are answered in Z order (:func:`~myriad.entropy.knn.multiset.spatial_order`), so
+  consecutive queries descend to the same leaves, whose points stay in cache;
+- queries go in chunks of ``QUERY_CHUNK`` rows, whose float64 results are small enough for the
+  allocator to reuse one chunk's memory for the next instead of mapping fresh pages.
 """
 
 from __future__ import annotations
@@ -20,28 +22,20 @@ import torch
 
 from myriad.entropy.knn.backends.base import SearchBackend, SearchOptions
 from myriad.entropy.knn.grouping import GroupLayout
-from myriad.entropy.knn.multiset import DistinctRows, expand_cross, expand_self
+from myriad.entropy.knn.multiset import DistinctRows, expand_cross, expand_self, spatial_order
 from myriad.entropy.knn.neighbors import Neighbors, drop_self
+from myriad.utils.threads import available_cpus, openmp_threads
 
 #: Per-group search: one tree per group is faster than one tree over groups shifted apart
 #: (0.10 vs 0.13 CPU-s at 2-D, 0.19 vs 0.33 at 4-D, 16 groups) while the per-call overhead is
 #: small; beyond this many groups the single shifted tree is used.
 KDTREE_LOOP_MAX_GROUPS = 64
 #: From this many queries up they are answered in spatial order; below, the points of a search
-#: fit in cache whatever the order, and ordering a separate query set costs a tree build.
+#: fit in cache whatever the order.
 KDTREE_ORDER_MIN_QUERIES = 4096
-
-
-def spatial_order(points: np.ndarray) -> np.ndarray:
-    """The rows of ``points [n, p]`` in the leaf order of a kd-tree over them (``[n]`` int64).
-
-    The sliding-midpoint tree without node compaction is the cheapest to build; only its order
-    is used.
-    """
-    from scipy.spatial import cKDTree
-
-    tree = cKDTree(points, balanced_tree=False, compact_nodes=False)
-    return np.asarray(tree.indices, dtype=np.int64)
+#: Queries per call of the tree: the float64 distances of 65,536 queries with k + 1 = 11 take
+#: 5.8 MB.
+QUERY_CHUNK = 1 << 16
 
 
 def tree_query(
@@ -60,24 +54,27 @@ def tree_query(
         ``(dist, idx, order)``: ``dist [Nq, kk]`` float32 and ``idx [Nq, kk]`` int64 rows of
         ``ref``, row ``j`` answering query ``order[j]`` (``order`` None: query ``j``).
     """
-    from scipy.spatial import cKDTree
+    from pykdtree.kdtree import KDTree
 
-    # The sliding-midpoint tree builds in about half the time of the median-split one and
-    # answers the low-dimensional states of a rollout as fast.
-    tree = cKDTree(ref, balanced_tree=False)
+    tree = KDTree(ref)
     points = ref if qry is None else qry
     order: np.ndarray | None = None
     if ordered and len(points) >= KDTREE_ORDER_MIN_QUERIES:
-        order = np.asarray(tree.indices, dtype=np.int64) if qry is None else spatial_order(points)
+        order = spatial_order(points)
         points = points[order]
-    found_d, found_i = tree.query(points, k=kk, workers=-1)
-    dist = np.asarray(found_d, dtype=np.float32).reshape(len(points), kk)
-    idx = np.asarray(found_i, dtype=np.int64).reshape(len(points), kk)
+    n = len(points)
+    dist = np.empty((n, kk), dtype=np.float32)
+    idx = np.empty((n, kk), dtype=np.int64)
+    for s in range(0, n, QUERY_CHUNK):
+        e = min(n, s + QUERY_CHUNK)
+        found_d, found_i = tree.query(points[s:e], k=kk)
+        dist[s:e] = found_d.reshape(e - s, kk)
+        idx[s:e] = found_i.reshape(e - s, kk)
     return dist, idx, order
 
 
 class KDTreeBackend(SearchBackend):
-    """Exact search with scipy's ``cKDTree``.
+    """Exact search with pykdtree's ``KDTree``.
 
     Class attributes:
         merge_duplicates: search among the distinct points and expand copies afterwards.
@@ -95,13 +92,10 @@ class KDTreeBackend(SearchBackend):
         n = points.shape[0]
         if self.merge_duplicates:
             distinct = DistinctRows.find(points)
-            if k + 1 <= distinct.num_distinct < n:
-                dist, idx, order = tree_query(distinct.points, None, k + 1, ordered=self.ordered)
-                row_of = np.arange(len(idx))
-                if order is not None:
-                    row_of = np.empty_like(order)
-                    row_of[order] = np.arange(len(order))
-                found = expand_self(dist, idx, row_of, distinct, k)
+            if k + 1 <= distinct.num_distinct <= n:
+                # The distinct points are in Z order already.
+                dist, idx, _ = tree_query(distinct.points, None, k + 1, ordered=False)
+                found = expand_self(dist, idx, distinct, k)
                 if found is not None:
                     return found
         dist, idx, order = tree_query(points, None, k + 1, ordered=self.ordered)
@@ -117,7 +111,7 @@ class KDTreeBackend(SearchBackend):
         for each row of ``queries [Nq, p]`` (float64), in query order."""
         if self.merge_duplicates:
             distinct = DistinctRows.find(ref)
-            if k <= distinct.num_distinct < ref.shape[0]:
+            if k <= distinct.num_distinct <= ref.shape[0]:
                 found = tree_query(distinct.points, queries, k, ordered=self.ordered)
                 return expand_cross(*_in_row_order(*found), distinct, k)
         return _in_row_order(*tree_query(ref, queries, k, ordered=self.ordered))
@@ -126,10 +120,12 @@ class KDTreeBackend(SearchBackend):
         self, q: torch.Tensor, r: torch.Tensor, k: int, self_query: bool, options: SearchOptions
     ) -> Neighbors:
         ref = r.detach().to("cpu", torch.float64).numpy()
-        if self_query:
-            dist, idx = self.self_neighbours(ref, k)
-        else:
-            dist, idx = self.cross_neighbours(q.detach().to("cpu", torch.float64).numpy(), ref, k)
+        with openmp_threads(available_cpus()):
+            if self_query:
+                dist, idx = self.self_neighbours(ref, k)
+            else:
+                queries = q.detach().to("cpu", torch.float64).numpy()
+                dist, idx = self.cross_neighbours(queries, ref, k)
         return Neighbors(
             torch.from_numpy(np.ascontiguousarray(dist)).to(q.device),
             torch.from_numpy(np.ascontiguousarray(idx)).to(q.device),
@@ -145,8 +141,21 @@ class KDTreeBackend(SearchBackend):
         coordinate by more than the data's diameter, so no neighbour list can cross groups;
         inside a group the shift cancels exactly.
         """
-        n = x.shape[0]
-        pts = layout.sort(x).detach().to("cpu", torch.float64).numpy()
+        with openmp_threads(available_cpus()):
+            dist, idx = self._grouped(
+                layout.sort(x).detach().to("cpu", torch.float64).numpy(), k, layout
+            )
+        # Rows are in group-sorted order here; indices are rows of that order.
+        return layout.unsort(
+            torch.from_numpy(np.ascontiguousarray(dist)).to(x.device),
+            torch.from_numpy(np.ascontiguousarray(idx)).to(x.device),
+        )
+
+    def _grouped(
+        self, pts: np.ndarray, k: int, layout: GroupLayout
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`grouped` on the group-sorted float64 points ``[N, p]``."""
+        n = pts.shape[0]
         if layout.num_groups <= KDTREE_LOOP_MAX_GROUPS:
             dist = np.empty((n, k), dtype=np.float32)
             idx = np.empty((n, k), dtype=np.int64)
@@ -159,11 +168,7 @@ class KDTreeBackend(SearchBackend):
             gid = np.repeat(np.arange(layout.num_groups), layout.sizes.numpy())
             aug = np.concatenate([pts, (gid * (2.0 * span + 1.0))[:, None]], axis=1)
             dist, idx = self.self_neighbours(aug, k)
-        # Rows are in group-sorted order here; indices are rows of that order.
-        return layout.unsort(
-            torch.from_numpy(np.ascontiguousarray(dist)).to(x.device),
-            torch.from_numpy(np.ascontiguousarray(idx)).to(x.device),
-        )
+        return dist, idx
 
 
 def _in_row_order(

@@ -1,0 +1,38 @@
+"""How many cores this process may use, and OpenMP thread counts for one block of code.
+
+The k-NN searches of pretraining run on every core while the learner keeps ``torch_threads``
+(one by default): a library's OpenMP loop may run in torch's OpenMP runtime (a runtime loaded
+first with global symbols serves the others' calls), whose thread count in the calling thread
+is then torch's. :func:`openmp_threads` sets the count of every loaded OpenMP runtime for the
+calling thread only, and restores it afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any
+
+
+def available_cpus() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@lru_cache(maxsize=1)
+def _controller() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+@contextmanager
+def openmp_threads(threads: int) -> Iterator[None]:
+    """Run the block with ``threads`` OpenMP threads in the calling thread (every loaded
+    runtime); other threads of the process keep their own counts."""
+    with _controller().limit(limits=int(threads), user_api="openmp"):
+        yield
