@@ -21,9 +21,9 @@ Modules:
   :data:`REGISTRY`:
 
 ``"kdtree"``
-    scipy ``cKDTree`` (``workers=-1``). Exact; the fastest choice on CPU in low dimension. The
-    tree holds the distinct points only (a cluster of identical states would be one leaf that
-    every query reaching it scans) and queries are answered in the tree's spatial order.
+    pykdtree ``KDTree`` (OpenMP queries on every core). Exact; the fastest choice on CPU in low
+    dimension. The tree holds the distinct points only (a cluster of identical states would be
+    one leaf that every query reaching it scans) and queries are answered in Z order.
 ``"faiss"``
     exact brute force. On CUDA tensors with faiss-gpu installed, ``faiss.knn_gpu`` reads the torch
     tensors in place (``faiss.contrib.torch_utils``); otherwise CPU ``faiss.knn``.
