@@ -219,6 +219,21 @@ def test_two_ranks_agree_with_one_process(tmp_path):
     assert abs(returns[0] - returns[1]) < RETURN_TOLERANCE, returns
 
 
+def test_ppo_update_splits_over_two_ranks(tmp_path):
+    """PPO's update runs on each rank's own envs with averaged gradients and shared normalisers:
+    the replicas stay identical, and the normalisers count every rank's rows once."""
+    report = tmp_path / "split.json"
+    _launch(str(Path(__file__).resolve()), "split-ppo", str(tmp_path / "run"), str(report))
+    result = json.loads(report.read_text())
+    assert result["split"] == [True, True]
+    assert result["learns_from_own_rows"] == [True, True]
+    assert result["replica_difference"] == 0.0
+    assert result["parameter_change"] > 0.0  # it learnt
+    # Two updates, each folding the 8 steps of all 16 envs (both ranks) into the statistics.
+    assert result["obs_rows_folded"] == [2 * 8 * 16, 2 * 8 * 16]
+    assert result["cpo_split"] == [False, False]  # couplings across members: replicated
+
+
 @pytest.mark.parametrize(
     ("algo", "extra"),
     [
@@ -346,5 +361,47 @@ def _rank_main(run: str, report: str) -> int:
     return main(["finetune", "--resume", run, "iterations=4"])
 
 
+def _split_main(run: str, report: str) -> int:
+    """PPO on two ranks with the split update (:func:`test_ppo_update_splits_over_two_ranks`)."""
+    ranks = RankGroup.launch("cpu")
+    cfg = resolve_config("ppo", [*TINY, "population.size=1", "iterations=2", "eval.every=0"])
+    runner = ShardedFinetuneRunner(cfg, run, ranks)
+    before = [p.detach().clone() for p in runner.model.parameters()]
+    assert runner.model.obs_norm is not None
+    count = float(runner.model.obs_norm.count)
+    runner.learn(2)
+    change = max(float((p - q).abs().max()) for p, q in zip(runner.model.parameters(), before))
+    flags = torch.tensor(
+        [
+            float(runner.split_update),
+            float(runner.learning_rollout(runner.storage) is runner.local_storage),
+            float(runner.model.obs_norm.count) - count,
+        ]
+    )
+    per_rank = ranks.all_gather_cat(flags.unsqueeze(0), dim=0).tolist()
+    replicas = replica_difference(runner.model, ranks)
+    runner.close()
+    cpo = ShardedFinetuneRunner(resolve_config("cpo", list(TINY)), f"{run}-cpo", ranks)
+    cpo_split = ranks.all_gather_cat(torch.tensor([[float(cpo.split_update)]]), dim=0)
+    cpo.close()
+    if ranks.is_writer:
+        Path(report).write_text(
+            json.dumps(
+                {
+                    "split": [bool(r[0]) for r in per_rank],
+                    "learns_from_own_rows": [bool(r[1]) for r in per_rank],
+                    "obs_rows_folded": [round(r[2]) for r in per_rank],
+                    "replica_difference": replicas,
+                    "parameter_change": change,
+                    "cpo_split": [bool(v) for v in cpo_split.flatten().tolist()],
+                }
+            )
+        )
+    ranks.close()
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "split-ppo":
+        raise SystemExit(_split_main(sys.argv[2], sys.argv[3]))
     raise SystemExit(_rank_main(sys.argv[1], sys.argv[2]))

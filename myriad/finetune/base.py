@@ -14,6 +14,8 @@ class FinetuneAlgorithm(PPO):
     :class:`~myriad.finetune.runner.FinetuneRunner`, which also reads:
 
     - :attr:`needs_transitions`: the collector must store each step's ``next_obs``;
+    - :attr:`splits_over_ranks`: under torchrun, each rank may update on its own envs' rows
+      with gradients averaged over the ranks;
     - :attr:`leader`: the member reported and evaluated as the leader;
     - :meth:`end_iteration`: called after each iteration with the finished episodes' sums.
 
@@ -22,6 +24,12 @@ class FinetuneAlgorithm(PPO):
 
     #: The collector must store each step's ``next_obs`` (SAPG's and CPO's one-step targets).
     needs_transitions: ClassVar[bool] = False
+    #: The loss is a mean over rows, each row's terms reading its own member only, so the
+    #: update may be split over torchrun ranks: each rank's minibatches come from its own envs
+    #: and the gradients are averaged (docs/distributed.md). False for an algorithm whose terms
+    #: read the rows of several members (SAPG's and CPO's leader on the followers' rows) or
+    #: act on the population as a whole (PBT): its update is replicated on every rank.
+    splits_over_ranks: ClassVar[bool] = True
 
     @property
     def leader(self) -> int:

@@ -219,6 +219,7 @@ class PBT(FinetuneAlgorithm):
     """
 
     optimizer: MemberScaledAdam
+    splits_over_ranks = False
 
     def __init__(
         self,

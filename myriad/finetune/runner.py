@@ -148,10 +148,15 @@ class FinetuneRunner(OnPolicyRunner):
         self.collector.collect(self.storage)
         return self.storage
 
+    def learning_rollout(self, rollout: RolloutStorage) -> RolloutStorage:
+        """The rows this process's update learns from: the whole rollout here (a torchrun rank
+        whose algorithm splits the update learns from its own envs' rows)."""
+        return rollout
+
     def iteration(self) -> dict[str, float]:
         rollout = self.collect()
         critic_only = self.iteration_count < self.critic_warmup
-        stats = self.algorithm.update(rollout, critic_only=critic_only)
+        stats = self.algorithm.update(self.learning_rollout(rollout), critic_only=critic_only)
         out: dict[str, float] = {f"train/{k}": v for k, v in stats.items()}
         out["train/critic_only"] = float(critic_only)
         episodes = self.collector.episodes

@@ -221,6 +221,7 @@ class SAPG(FinetuneAlgorithm):
     """
 
     needs_transitions = True
+    splits_over_ranks = False
 
     @property
     def leader(self) -> int:

@@ -6,17 +6,19 @@ point, PBT's hyperparameters) and steps the envs of its members only. Per iterat
 1. collect ``T`` steps of its own envs;
 2. gather the rollouts of all ranks (:func:`~myriad.distributed.torchdist.rollout.gather_rollout`),
    so every rank holds the storage one process would have filled;
-3. run the algorithm's update on it, as one process does: the couplings that read rows of
-   several members (the leader's transitions in CPO's advantage-weighted pull and SAPG's
+3. update. An algorithm whose loss reads each row's own member only (``algo=ppo``,
+   :attr:`~myriad.finetune.base.FinetuneAlgorithm.splits_over_ranks`) updates on the rank's own
+   rows with gradients averaged and normalisers merged over the ranks, as pretraining does. The
+   others run their update on the gathered storage, as one process does: the couplings that read
+   rows of several members (the leader's transitions in CPO's advantage-weighted pull and SAPG's
    off-policy loss on the followers' rows, the discriminator over every member's samples, the
    per-follower KL of the set point) find them all locally, and every rank takes the same step;
 4. sum the finished episodes over the ranks (the member returns PBT ranks by, the logged
    success rates).
 
-The update is therefore replicated, not split: what sharding saves is the collection (env steps
-and the policy's forward passes). The evaluations during training run on every rank (equal
-replicas, envs seeded alike: equal scalars, nothing sent); rank 0 alone runs the final one and
-writes the run folder and its one checkpoint.
+The evaluations during training run on every rank (equal replicas, envs seeded alike: equal
+scalars, nothing sent); rank 0 alone runs the final one and writes the run folder and its one
+checkpoint.
 """
 
 from __future__ import annotations
@@ -29,7 +31,12 @@ from typing import Any
 from myriad.distributed.torchdist.group import RankGroup, check_sharding
 from myriad.distributed.torchdist.rollout import gather_rollout, rollout_like
 from myriad.distributed.torchdist.runner import RankLocalState, RankRunnerMixin, train_on_ranks
-from myriad.distributed.torchdist.sync import SummedEpisodeTracker, broadcast_module_
+from myriad.distributed.torchdist.sync import (
+    GradientAverager,
+    SummedEpisodeTracker,
+    broadcast_module_,
+    share_normalizers,
+)
 from myriad.finetune.init import InitReport
 from myriad.finetune.runner import FinetuneRunner
 from myriad.finetune.tracking import CollectorState
@@ -86,6 +93,12 @@ class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
             self.algorithm.load_state_dict(ranks.broadcast_object(None))
         else:
             ranks.broadcast_object(self.algorithm.state_dict())
+        #: Whether each rank updates on its own envs' rows (gradients and normalisers shared
+        #: over the ranks) rather than on the gathered rollout.
+        self.split_update = ranks.world_size > 1 and self.algorithm.splits_over_ranks
+        if self.split_update:
+            share_normalizers(self.model, ranks)
+            self.algorithm.grad_sync = GradientAverager(ranks, self.algorithm.parameters)
         self.collector.episodes = SummedEpisodeTracker(self.collector.episodes, ranks)
         self.rank_state = RankLocalState(ranks, CollectorState(self.collector))
         num_envs = int(self.config["num_envs"])
@@ -106,6 +119,10 @@ class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
         self.collector.collect(self.local_storage)
         gather_rollout(self.ranks, self.local_storage, self.storage)
         return self.storage
+
+    def learning_rollout(self, rollout: RolloutStorage) -> RolloutStorage:
+        """This rank's own rows when the update is split, else the gathered rollout."""
+        return self.local_storage if self.split_update else rollout
 
     def initialise(self, source: str | os.PathLike[str]) -> InitReport:
         """``--init`` on every rank (the ranking's evaluation is seeded alike), then rank 0's

@@ -1,0 +1,188 @@
+"""PPO finetuning over two torchrun ranks: the update split over the ranks against replicated.
+
+One policy (``algo=ppo population.size=1``) on the maze with the dense task and 4,096 envs, run
+four ways, interleaved so the machine's load falls on each alike:
+
+- ``one_process``: ``myriad finetune`` with one torch thread (the default);
+- ``one_process_2threads``: the same with ``torch_threads=2`` (both cores of this machine);
+- ``two_ranks_split``: ``torchrun --nproc_per_node=2 -m myriad finetune``, each rank stepping
+  half of the envs and updating on its own rows with averaged gradients (what ``algo=ppo``
+  does under torchrun);
+- ``two_ranks_replicated``: the same launch with the update replicated on both ranks over the
+  gathered rollout (what SAPG, CPO and PBT do), by setting
+  ``FinetuneAlgorithm.splits_over_ranks = False`` in the ranks before they start.
+
+Every variant runs the ``myriad`` command through this script, which times PPO's update and logs
+it as ``train/update_seconds``. Per run: the median over iterations (the first two left out) of
+rank 0's ``perf/steps_per_second`` (env steps of all ranks per second of wall time), of its
+iteration time and of its update's seconds.
+
+    python benchmarks/torchdist_finetune_throughput.py [--repeats 2] [--iterations 12]
+
+Writes ``benchmarks/results/torchdist_finetune_throughput.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+VARIANTS = ("one_process", "one_process_2threads", "two_ranks_split", "two_ranks_replicated")
+RANK_FLAG = "--rank"
+REPLICATED_FLAG = "--replicated"
+
+
+def overrides(num_envs: int, iterations: int) -> list[str]:
+    return [
+        "population.size=1",
+        "task=dense",
+        f"num_envs={num_envs}",
+        f"iterations={iterations}",
+        "eval.every=0",
+        "eval.final_episodes=16",
+        "checkpoint_every=0",
+        "progress=false",
+        "plots=false",
+        "tensorboard=false",
+    ]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(variant: str, run_dir: Path, args: list[str]) -> None:
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    env.pop("WORLD_SIZE", None)
+    command = ["finetune", "--algo", "ppo", "--run-dir", str(run_dir), *args]
+    script = [str(Path(__file__).resolve()), RANK_FLAG]
+    if variant.startswith("one_process"):
+        threads = "2" if variant.endswith("2threads") else "1"
+        argv = [sys.executable, *script, *command, f"torch_threads={threads}"]
+    else:
+        env["OMP_NUM_THREADS"] = "1"
+        torchrun = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={free_port()}",
+        ]
+        if variant == "two_ranks_replicated":
+            script.append(REPLICATED_FLAG)
+        argv = [*torchrun, *script, *command]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+
+
+def figures(run_dir: Path) -> dict[str, Any]:
+    import torch
+
+    last = sorted((run_dir / "checkpoints").glob("iter_*.pt"))[-1]
+    history = torch.load(last, weights_only=True)["logger"]["history"]
+
+    def series(key: str) -> list[float]:
+        return [v for _, v in history[key]][2:]
+
+    return {
+        "steps_per_second": statistics.median(series("perf/steps_per_second")),
+        "iteration_s": statistics.median(series("perf/iteration_time_s")),
+        "update_s": statistics.median(series("train/update_seconds")),
+        "return_last3": statistics.fmean([v for _, v in history["episode/return"][-3:]]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=12)
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--out", default=str(RESULTS / "torchdist_finetune_throughput.json"))
+    args = parser.parse_args(argv)
+    from myriad.bench.common import machine_info, write_json
+
+    load_before = os.getloadavg()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            order = VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]
+            for variant in order:
+                run_dir = Path(tmp) / f"{variant}-{repeat}"
+                launch(variant, run_dir, overrides(args.num_envs, args.iterations))
+                rows.append(
+                    {
+                        "variant": variant,
+                        "repeat": repeat,
+                        **figures(run_dir),
+                        "load_average": os.getloadavg(),
+                    }
+                )
+                print(rows[-1], flush=True)
+    summary = {
+        v: {
+            key: statistics.median([r[key] for r in rows if r["variant"] == v])
+            for key in ("steps_per_second", "iteration_s", "update_s")
+        }
+        for v in VARIANTS
+    }
+    base = summary["one_process"]["steps_per_second"]
+    for cell in summary.values():
+        cell["speed_vs_one_process"] = cell["steps_per_second"] / base
+    payload = {
+        "machine": machine_info(),
+        "config": overrides(args.num_envs, args.iterations),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "summary": summary,
+        "runs": rows,
+    }
+    for variant, cell in summary.items():
+        print(
+            f"{variant:22s} {cell['steps_per_second']:10,.0f} env-steps/s "
+            f"({cell['speed_vs_one_process']:.2f}x) iteration {cell['iteration_s']:.3f} s "
+            f"update {cell['update_s']:.3f} s"
+        )
+    print(f"written {write_json(args.out, payload)}")
+    return 0
+
+
+def timed_rank(argv: list[str]) -> int:
+    """One process of a variant: the myriad command with PPO's update timed (and, after
+    ``--replicated``, the update replicated over the ranks)."""
+    import time
+
+    from myriad.cli import main as cli_main
+    from myriad.finetune.base import FinetuneAlgorithm
+    from myriad.rl.ppo import PPO
+
+    if argv[:1] == [REPLICATED_FLAG]:
+        FinetuneAlgorithm.splits_over_ranks = False
+        argv = argv[1:]
+    update = PPO.update
+
+    def timed_update(self: PPO, *args: Any, **kwargs: Any) -> dict[str, float]:
+        start = time.perf_counter()
+        stats = update(self, *args, **kwargs)
+        stats["update_seconds"] = time.perf_counter() - start
+        return stats
+
+    PPO.update = timed_update  # type: ignore[method-assign]
+    return cli_main(argv)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == RANK_FLAG:
+        raise SystemExit(timed_rank(sys.argv[2:]))
+    raise SystemExit(main())
