@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 
@@ -214,8 +215,9 @@ def _storage(member: list[int], num_steps: int = 3, obs_dim: int = 3) -> Rollout
 
 
 def test_sapg_prepare_writes_leader_td_targets():
+    # Every follower row in the off-policy loss: the targets of every row are stored.
     model = tiny_model()
-    algo = SAPG(model, PPOConfig(gamma=0.9))
+    algo = SAPG(model, PPOConfig(gamma=0.9), SAPGConfig(off_policy_ratio=None))
     storage = _storage([0, 1, 1, 0])
     algo.prepare(storage)
     obs, next_obs = storage.flat("obs"), storage.flat("next_obs")
@@ -226,6 +228,28 @@ def test_sapg_prepare_writes_leader_td_targets():
     torch.testing.assert_close(storage.flat("leader_td_target"), target)
     torch.testing.assert_close(storage.flat("leader_td_advantage"), target - v)
     torch.testing.assert_close(algo.entropy_coef, torch.tensor([0.0, 0.005]))
+
+
+def test_sampled_leader_targets_are_the_stored_ones_from_the_frozen_critic():
+    # A sampled off-policy loss (the default ratio) computes the targets of the rows it reads,
+    # from the model as it was at prepare: the values the stored path writes.
+    model = tiny_model()
+    stored = SAPG(copy.deepcopy(model), PPOConfig(gamma=0.9), SAPGConfig(off_policy_ratio=None))
+    sampled = SAPG(model, PPOConfig(gamma=0.9))
+    storage = _storage([0, 1, 1, 0])
+    stored.prepare(storage)
+    advantage = storage.flat("leader_td_advantage").clone()
+    target = storage.flat("leader_td_target").clone()
+    sampled.prepare(copy.deepcopy(storage))
+    targets = sampled.off_policy.targets
+    assert targets is not None and stored.off_policy.targets is None
+    index = torch.tensor([7, 0, 11, 3, 3])
+    with torch.no_grad():
+        for p in model.parameters():  # the update moves the model; the targets stay put
+            p.add_(0.5)
+    got_advantage, got_target = targets(index)
+    torch.testing.assert_close(got_advantage, advantage[index])
+    torch.testing.assert_close(got_target, target[index])
 
 
 def test_cpo_prepare_writes_the_leaders_log_probs_of_every_action():

@@ -1,11 +1,14 @@
-"""SAPG's leader targets from one critic pass over the states: the same targets and updates.
+"""SAPG's leader targets, stored from one critic pass or computed for the sampled rows: the
+same targets and updates.
 
-:meth:`SAPG.prepare` computes the leader's one-step targets ``r + gamma V_L(s')`` with
+When the off-policy loss reads every follower row, :meth:`SAPG.prepare` stores the leader's
+one-step targets ``r + gamma V_L(s')`` of every row with
 :func:`~myriad.finetune.sapg.state_and_next_values`, which evaluates ``V_L(s')`` only where
 ``s'`` is not the next step's ``s`` (episode ends, the last step). The reference values below were
 recorded with the two full critic passes (``V_L`` over every ``s``, then over every ``s'``) on
 the same seeds, before that change; the updates are compared with updates from the two passes
-run in the test.
+run in the test. With a sampled off-policy loss (the default ratio) the targets of the sampled
+rows are computed from a frozen copy of the critic: the updates equal those with stored targets.
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ TARGET_SUMS = {
 
 
 def setup(
-    num_envs: int, num_steps: int, fit_value: bool, seed: int = 0
+    num_envs: int,
+    num_steps: int,
+    fit_value: bool,
+    seed: int = 0,
+    ratio: float | None = None,
 ) -> tuple[PopulationActorCritic, SAPG, RolloutCollector, RolloutStorage]:
     seed_everything(seed)
     env = make("nav-empty", num_envs, "cpu", task="dense", max_episode_steps=12)
@@ -53,7 +60,7 @@ def setup(
         model,
         # A fixed rate: the adaptive one branches on each minibatch's KL.
         PPOConfig(schedule="fixed", lr=1e-3, epochs=2, minibatches=2),
-        SAPGConfig(off_policy_value=fit_value),
+        SAPGConfig(off_policy_value=fit_value, off_policy_ratio=ratio),
         generator=make_generator(seed + 1, "cpu"),
     )
     collector = RolloutCollector(
@@ -97,10 +104,12 @@ def test_leader_targets_match_two_critic_passes(case):
     assert actual == pytest.approx(TARGET_SUMS[case], rel=1e-5)
 
 
-def _two_iterations(case: tuple[int, int, bool]) -> tuple[dict[str, float], dict[str, float]]:
+def _two_iterations(
+    case: tuple[int, int, bool], ratio: float | None = None
+) -> tuple[dict[str, float], dict[str, float]]:
     """The update's mean stats and the sum of every parameter after two iterations of collect
     + update."""
-    model, algo, collector, storage = setup(*case)
+    model, algo, collector, storage = setup(*case, ratio=ratio)
     for _ in range(2):
         collector.collect(storage)
         stats = algo.update(storage)
@@ -118,6 +127,19 @@ def test_updates_match_the_two_pass_updates(case, monkeypatch):
     monkeypatch.setattr(sapg_module, "state_and_next_values", two_passes)
     expected_stats, expected_params = _two_iterations(case)
     assert "off_policy_loss" in stats and ("off_policy_value_loss" in stats) == case[2]
+    for key, value in expected_stats.items():
+        assert stats[key] == pytest.approx(value, rel=1e-4, abs=1e-7), key
+    for name, total in expected_params.items():
+        assert params[name] == pytest.approx(total, rel=1e-4, abs=1e-6), name
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sampled_targets_give_the_updates_of_stored_targets(case, monkeypatch):
+    stats, params = _two_iterations(case, ratio=1.0)
+    assert "off_policy_loss" in stats
+    # The same sampled loss reading targets stored for every row at prepare.
+    monkeypatch.setattr(SAPG, "samples_leader_targets", property(lambda self: False))
+    expected_stats, expected_params = _two_iterations(case, ratio=1.0)
     for key, value in expected_stats.items():
         assert stats[key] == pytest.approx(value, rel=1e-4, abs=1e-7), key
     for name, total in expected_params.items():

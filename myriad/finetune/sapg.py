@@ -9,6 +9,7 @@ leader's critic, ``r + gamma * V_L(s') - V_L(s)``, whose target also trains that
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from myriad.finetune.losses import (
     one_step_td,
     sapg_entropy_coefficients,
 )
-from myriad.finetune.rows import follower_rows, leader_rows
+from myriad.finetune.rows import Rows, follower_rows, leader_rows
 from myriad.nn.distributions import gaussian_kl
 from myriad.nn.population import Evaluation, PopulationActorCritic
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig
@@ -80,6 +81,49 @@ def state_and_next_values(
     return values, next_values
 
 
+class SampledLeaderTargets:
+    """The leader's one-step TD advantages and targets of any rows of a rollout, from its
+    critic as it was when the update began.
+
+    :meth:`SAPG.prepare` stores the targets of every row when the off-policy term reads every
+    follower row; with ``off_policy_ratio`` set it reads a sample, about a quarter of the rows
+    over an update's epochs, so the targets are computed for those rows only, from a frozen copy
+    of the model (its parameters and normalisers at the start of the update): the same values
+    as the stored ones, at the cost of one critic pass over ``2 B`` states per minibatch
+    instead of one over every state.
+
+    Args:
+        model: the population (copied).
+        leader: the leader's member index.
+        storage: the rollout, collected with ``store_transitions=True``.
+        gamma: the discount.
+    """
+
+    def __init__(
+        self, model: PopulationActorCritic, leader: int, storage: RolloutStorage, gamma: float
+    ) -> None:
+        self.model = copy.deepcopy(model).requires_grad_(False)
+        self.leader, self.gamma = leader, float(gamma)
+        self.obs, self.next_obs = transitions(storage)
+        self.rewards = storage.rewards.reshape(-1)
+        self.terminated = storage.terminated.reshape(-1)
+
+    @torch.no_grad()
+    def __call__(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(advantage [B], target [B])`` of the rollout rows ``index [B]`` (time-major flat
+        indices, as ``Batch.index``)."""
+        b = index.shape[0]
+        states = torch.cat([self.obs.index_select(0, index), self.next_obs.index_select(0, index)])
+        values = self.model.value(states, self.leader)
+        return one_step_td(
+            self.rewards.index_select(0, index),
+            values[:b],
+            values[b:],
+            self.terminated.index_select(0, index),
+            self.gamma,
+        )
+
+
 def critic_scale(
     model: PopulationActorCritic, values: torch.Tensor, member: torch.Tensor | int
 ) -> torch.Tensor:
@@ -127,9 +171,9 @@ class SAPGConfig:
 class LeaderOffPolicyTerm:
     """The leader's PPO loss on the followers' rows of a minibatch.
 
-    Needs ``batch.extras["leader_td_advantage"]`` and ``["leader_td_target"]`` (``[B]``, from
-    :meth:`SAPG.prepare`). The advantages are normalised over the follower rows of the
-    minibatch, like on-policy advantages.
+    The one-step advantages and targets of the selected rows come from :attr:`targets` when
+    :meth:`SAPG.prepare` set it, else from ``batch.extras["leader_td_advantage"]`` and
+    ``["leader_td_target"]`` (``[B]``, stored by :meth:`SAPG.prepare`).
 
     Args:
         coef: weight of the term.
@@ -159,6 +203,17 @@ class LeaderOffPolicyTerm:
         self.ratio = ratio
         self.dual_clip = dual_clip
         self.normalize_advantages = normalize_advantages
+        #: The targets of sampled rows, when the rollout does not store them.
+        self.targets: SampledLeaderTargets | None = None
+
+    def _td(self, batch: Batch, rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
+        """The leader's one-step ``(advantage, target)`` of the selected rows."""
+        if self.targets is not None:
+            return self.targets(rows.take(batch.index))
+        if "leader_td_advantage" not in batch.extras:
+            raise RuntimeError("SAPG.prepare sets the leader's targets before the update")
+        extras = batch.extras
+        return rows.take(extras["leader_td_advantage"]), rows.take(extras["leader_td_target"])
 
     def __call__(
         self, algorithm: PPO, batch: Batch, evaluation: Evaluation
@@ -179,7 +234,7 @@ class LeaderOffPolicyTerm:
             if leader_eval is not None
             else model.log_prob(obs, self.leader, actions)
         )
-        advantages = rows.take(batch.extras["leader_td_advantage"])
+        advantages, target = self._td(batch, rows)
         if self.normalize_advantages:
             advantages = normalize(advantages, rows.weight)
         surrogate = rows.mean(
@@ -188,7 +243,6 @@ class LeaderOffPolicyTerm:
         loss = surrogate
         stats: dict[str, torch.Tensor] = {}
         if leader_eval is not None:
-            target = rows.take(batch.extras["leader_td_target"])
             value_loss = rows.mean(
                 (
                     critic_scale(model, leader_eval.value, self.leader)
@@ -243,7 +297,7 @@ class SAPG(FinetuneAlgorithm):
                 f"population size >= 2, got {model.num_members}"
             )
         self.sapg = sapg or SAPGConfig()
-        off_policy = LeaderOffPolicyTerm(
+        self.off_policy = off_policy = LeaderOffPolicyTerm(
             self.sapg.off_policy_coef,
             self.sapg.off_policy_value,
             self.leader,
@@ -296,8 +350,21 @@ class SAPG(FinetuneAlgorithm):
         super().prepare(storage)
         self._leader_targets(storage)
 
+    @property
+    def samples_leader_targets(self) -> bool:
+        """Whether the leader's targets are computed for the sampled follower rows only
+        (:class:`SampledLeaderTargets`; ``off_policy_ratio`` set) rather than stored for every
+        row."""
+        return self.sapg.off_policy_ratio is not None
+
     @torch.no_grad()
     def _leader_targets(self, storage: RolloutStorage) -> None:
+        self.off_policy.targets = None
+        if self.samples_leader_targets:
+            self.off_policy.targets = SampledLeaderTargets(
+                self.model, self.leader, storage, self.config.gamma
+            )
+            return
         values, next_values = state_and_next_values(self.model, self.leader, storage)
         advantage, target = one_step_td(
             storage.rewards.reshape(-1),

@@ -3,7 +3,7 @@ fastest choice on CPU in low dimension. The tree's distances come from float64 c
 differences, so they are returned as they are (no re-ranking) and the data is not centred.
 
 Three things keep large low-dimensional searches fast without changing their results
-(benchmarks/results/knn_share.json, docs/pretrain.md):
+(benchmarks/results/knn_share_pykdtree.json, docs/pretrain.md):
 
 - the tree holds the distinct points only (:mod:`~myriad.entropy.knn.multiset`): a cluster of
   identical states would otherwise be one leaf that every query reaching it scans whole;
