@@ -1,10 +1,10 @@
 """How many cores this process may use, and OpenMP thread counts for one block of code.
 
-The k-NN searches of pretraining run on every core while the learner keeps ``torch_threads``
-(one by default): a library's OpenMP loop may run in torch's OpenMP runtime (a runtime loaded
-first with global symbols serves the others' calls), whose thread count in the calling thread
-is then torch's. :func:`openmp_threads` sets the count of every loaded OpenMP runtime for the
-calling thread only, and restores it afterwards.
+The k-NN searches of pretraining run on every core (:func:`search_threads`) while the learner
+keeps ``torch_threads`` (one by default): a library's OpenMP loop may run in torch's OpenMP
+runtime (a runtime loaded first with global symbols serves the others' calls), whose thread
+count in the calling thread is then torch's. :func:`openmp_threads` sets the count of every
+loaded OpenMP runtime for the calling thread only, and restores it afterwards.
 """
 
 from __future__ import annotations
@@ -21,6 +21,16 @@ def available_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def search_threads() -> int:
+    """Threads for a search that runs beside the learner: ``OMP_NUM_THREADS`` when it is set
+    (torchrun sets 1 per rank when it starts several on a machine, whose ranks then share the
+    cores), else every core this process may use."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return available_cpus()
 
 
 @lru_cache(maxsize=1)

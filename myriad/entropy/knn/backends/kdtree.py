@@ -24,7 +24,7 @@ from myriad.entropy.knn.backends.base import SearchBackend, SearchOptions
 from myriad.entropy.knn.grouping import GroupLayout
 from myriad.entropy.knn.multiset import DistinctRows, expand_cross, expand_self, spatial_order
 from myriad.entropy.knn.neighbors import Neighbors, drop_self
-from myriad.utils.threads import available_cpus, openmp_threads
+from myriad.utils.threads import openmp_threads, search_threads
 
 #: Per-group search: one tree per group is faster than one tree over groups shifted apart
 #: (0.10 vs 0.13 CPU-s at 2-D, 0.19 vs 0.33 at 4-D, 16 groups) while the per-call overhead is
@@ -120,7 +120,7 @@ class KDTreeBackend(SearchBackend):
         self, q: torch.Tensor, r: torch.Tensor, k: int, self_query: bool, options: SearchOptions
     ) -> Neighbors:
         ref = r.detach().to("cpu", torch.float64).numpy()
-        with openmp_threads(available_cpus()):
+        with openmp_threads(search_threads()):
             if self_query:
                 dist, idx = self.self_neighbours(ref, k)
             else:
@@ -141,7 +141,7 @@ class KDTreeBackend(SearchBackend):
         coordinate by more than the data's diameter, so no neighbour list can cross groups;
         inside a group the shift cancels exactly.
         """
-        with openmp_threads(available_cpus()):
+        with openmp_threads(search_threads()):
             dist, idx = self._grouped(
                 layout.sort(x).detach().to("cpu", torch.float64).numpy(), k, layout
             )

@@ -1,0 +1,31 @@
+"""OpenMP thread counts for the k-NN searches (myriad.utils.threads)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from myriad.utils.threads import available_cpus, openmp_threads, search_threads
+
+
+def test_openmp_threads_applies_inside_the_block_and_restores() -> None:
+    # torch's OpenMP runtime reads the calling thread's count: the block sees the raised count
+    # whatever torch_threads says, and the learner's count is back afterwards.
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with openmp_threads(3):
+            assert torch.get_num_threads() == 3
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("3", 3), ("", None), ("x", None)])
+def test_search_threads_follow_omp_num_threads_when_set(
+    monkeypatch: pytest.MonkeyPatch, value: str, expected: int | None
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert search_threads() == (expected if expected is not None else available_cpus())
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert search_threads() == available_cpus()
