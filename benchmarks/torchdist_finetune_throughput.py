@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,30 +34,23 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# The agreement benchmark's launch helpers and settings (benchmarks/ is on the path of a script
+# run from it).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torchdist_finetune_agreement import AGREEMENT, free_port  # noqa: E402
+
+#: The agreement settings that set the env and its size, replaced here.
+SIZE_KEYS = ("env=", "num_envs=", "population.", "iterations=")
 VARIANTS = ("one_process", "one_process_2threads", "two_ranks_split", "two_ranks_replicated")
 RANK_FLAG = "--rank"
 REPLICATED_FLAG = "--replicated"
 
 
 def overrides(num_envs: int, iterations: int) -> list[str]:
-    return [
-        "population.size=1",
-        "task=dense",
-        f"num_envs={num_envs}",
-        f"iterations={iterations}",
-        "eval.every=0",
-        "eval.final_episodes=16",
-        "checkpoint_every=0",
-        "progress=false",
-        "plots=false",
-        "tensorboard=false",
-    ]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """The agreement runs' task and quiet settings (no evaluation during training, no
+    checkpoints but the last, no plots), on the maze with one policy."""
+    kept = [o for o in AGREEMENT if not o.startswith(SIZE_KEYS)]
+    return [*kept, "population.size=1", f"num_envs={num_envs}", f"iterations={iterations}"]
 
 
 def launch(variant: str, run_dir: Path, args: list[str]) -> None:
