@@ -250,6 +250,10 @@ def test_sampled_leader_targets_are_the_stored_ones_from_the_frozen_critic():
     got_advantage, got_target = targets(index)
     torch.testing.assert_close(got_advantage, advantage[index])
     torch.testing.assert_close(got_target, target[index])
+    # Minibatches that are not member-major select every follower row: the targets are stored.
+    unequal = SAPG(tiny_model(), PPOConfig(gamma=0.9))
+    assert not unequal.samples_leader_targets(_storage([0, 1, 1, 1]))
+    assert sampled.samples_leader_targets(storage)
 
 
 def test_cpo_prepare_writes_the_leaders_log_probs_of_every_action():

@@ -138,7 +138,7 @@ def test_sampled_targets_give_the_updates_of_stored_targets(case, monkeypatch):
     stats, params = _two_iterations(case, ratio=1.0)
     assert "off_policy_loss" in stats
     # The same sampled loss reading targets stored for every row at prepare.
-    monkeypatch.setattr(SAPG, "samples_leader_targets", property(lambda self: False))
+    monkeypatch.setattr(SAPG, "samples_leader_targets", lambda self, storage: False)
     expected_stats, expected_params = _two_iterations(case, ratio=1.0)
     for key, value in expected_stats.items():
         assert stats[key] == pytest.approx(value, rel=1e-4, abs=1e-7), key

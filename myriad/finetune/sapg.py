@@ -350,17 +350,18 @@ class SAPG(FinetuneAlgorithm):
         super().prepare(storage)
         self._leader_targets(storage)
 
-    @property
-    def samples_leader_targets(self) -> bool:
+    def samples_leader_targets(self, storage: RolloutStorage) -> bool:
         """Whether the leader's targets are computed for the sampled follower rows only
-        (:class:`SampledLeaderTargets`; ``off_policy_ratio`` set) rather than stored for every
-        row."""
-        return self.sapg.off_policy_ratio is not None
+        (:class:`SampledLeaderTargets`) rather than stored for every row: when the off-policy
+        loss samples (``off_policy_ratio`` set) from member-major minibatches. Other
+        minibatches select every follower row by mask, and every row's targets are needed."""
+        member_major = self.config.member_major and storage.equal_counts
+        return self.sapg.off_policy_ratio is not None and member_major
 
     @torch.no_grad()
     def _leader_targets(self, storage: RolloutStorage) -> None:
         self.off_policy.targets = None
-        if self.samples_leader_targets:
+        if self.samples_leader_targets(storage):
             self.off_policy.targets = SampledLeaderTargets(
                 self.model, self.leader, storage, self.config.gamma
             )
