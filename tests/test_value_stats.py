@@ -17,6 +17,7 @@ from myriad.nn import PopulationActorCritic
 from myriad.rl import PPO, PPOConfig, RolloutCollector
 from myriad.utils.running_stats import GroupMeanStd, RunningMeanStd, merge_moments
 from myriad.utils.seeding import make_generator, seed_everything
+from myriad.utils.tensors import member_rows
 
 EPS = 1e-4  # the pseudo-count every statistic starts with (mean 0, variance 1)
 
@@ -178,3 +179,14 @@ def test_a_config_saved_before_the_key_keeps_one_statistic():
     assert old.value_norm is not None and old.value_norm.groups == 1
     new = build_population({"size": 3, "critic_hidden": [8], "value_stats": "member"}, 4, 2)
     assert new.value_norm is not None and new.value_norm.groups == 3
+
+
+@pytest.mark.parametrize("trailing", [(), (3,)])
+def test_member_rows_is_advanced_indexing(trailing):
+    table = torch.randn(5, *trailing, dtype=torch.float64)
+    member = torch.tensor([4, 0, 0, 2, 4, 1])
+    torch.testing.assert_close(member_rows(table, member), table[member], rtol=0, atol=0)
+    torch.testing.assert_close(member_rows(table, 3), table[3], rtol=0, atol=0)
+    torch.testing.assert_close(
+        member_rows(table, torch.tensor(2)), table[torch.tensor(2)], rtol=0, atol=0
+    )

@@ -39,6 +39,7 @@ from myriad.nn.population import Evaluation, PopulationActorCritic
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.config import ConfigError
+from myriad.utils.tensors import member_rows
 
 #: lambda of the KL penalty for the three diversity regimes.
 KL_PRESETS: dict[str, float] = {"light": 0.1, "balanced": 0.2, "high": 0.3}
@@ -369,7 +370,7 @@ class CPO(SAPG):
             advantages,
             batch.log_probs,
             batch.extras["leader_log_prob"],
-            self.kl_coef[batch.member],
+            member_rows(self.kl_coef, batch.member),
             batch.member != self.leader,
         )
 

@@ -35,6 +35,7 @@ from myriad.finetune.base import FinetuneAlgorithm
 from myriad.nn.population import PopulationActorCritic
 from myriad.rl.ppo import PPOConfig
 from myriad.rl.storage import Batch
+from myriad.utils.tensors import member_rows
 
 #: The per-member hyperparameters, in the column order of :attr:`PBT.hyperparameters`.
 HYPERPARAMETERS = ("lr_scale", "entropy_coef", "clip")
@@ -270,7 +271,7 @@ class PBT(FinetuneAlgorithm):
 
     def clip_range(self, batch: Batch) -> torch.Tensor:
         """Each row is clipped by its member's own range."""
-        return self.clip[batch.member]
+        return member_rows(self.clip, batch.member)
 
     def end_iteration(self, returns: np.ndarray, counts: np.ndarray) -> dict[str, float]:
         """Fold in one iteration's finished episodes (per-member return sums and counts,

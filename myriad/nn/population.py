@@ -49,6 +49,7 @@ from myriad.nn.mlp import MLP
 from myriad.utils.config import ConfigError
 from myriad.utils.running_stats import GroupMeanStd, RunningMeanStd
 from myriad.utils.settings import field_names, from_config
+from myriad.utils.tensors import member_rows
 
 PARAMETERIZATIONS = ("shared_trunk", "embedding", "independent")
 #: Scopes of the return statistics of value normalisation (``PopulationConfig.value_stats``).
@@ -537,7 +538,7 @@ class PopulationActorCritic(nn.Module):
         if blocked:
             m = self.num_members
             return log_std.unsqueeze(1).expand(m, n // m, -1).reshape(n, -1)
-        return log_std[member]
+        return member_rows(log_std, member)
 
     def _denormalize_value(self, v: torch.Tensor, member: Member) -> torch.Tensor:
         return v if self.value_norm is None else self.value_norm.denormalize(v, member)

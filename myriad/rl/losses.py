@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from myriad.nn.distributions import gaussian_kl
+from myriad.utils.tensors import member_rows
 
 
 def clipped_surrogate(
@@ -67,7 +68,7 @@ def entropy_bonus(
     if isinstance(coef, torch.Tensor) and coef.ndim == 1:
         if member is None:
             raise ValueError("per-member entropy coefficients need the member of each sample")
-        return (coef[member] * entropy).mean()
+        return (member_rows(coef, member) * entropy).mean()
     return coef * entropy.mean()
 
 
@@ -133,9 +134,9 @@ def normalize_advantages(
     zeros = advantages.new_zeros(num_members)
     count = zeros.index_add(0, member, torch.ones_like(advantages)).clamp(min=1.0)
     mean = zeros.index_add(0, member, advantages) / count
-    centred = advantages - mean[member]
+    centred = advantages - member_rows(mean, member)
     var = zeros.index_add(0, member, centred.square()) / count
-    return centred / (var.sqrt()[member] + eps)
+    return centred / (member_rows(var.sqrt(), member) + eps)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,7 @@ from myriad.rl.losses import (
 )
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.config import ConfigError
+from myriad.utils.tensors import member_rows
 
 SCHEDULES = ("adaptive", "fixed")
 ADVANTAGE_NORMALIZATIONS = ("member", "batch", "none")
@@ -241,7 +242,7 @@ class PPO:
         if self._behaviour_value_stats is None:
             return self._value_scale(v, member)
         group = self.model.value_norm.group_of(member)
-        mean, std = (s.to(v.dtype)[group] for s in self._behaviour_value_stats)
+        mean, std = (member_rows(s.to(v.dtype), group) for s in self._behaviour_value_stats)
         return (v - mean) / std
 
     def clip_range(self, batch: Batch) -> float | torch.Tensor:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from myriad.utils.tensors import member_rows
+
 
 class RunningMeanStd(nn.Module):
     """Mean and variance of every feature seen so far.
@@ -138,7 +140,7 @@ class GroupMeanStd(nn.Module):
         count = zeros.index_add(0, group, torch.ones_like(x))
         safe = count.clamp_min(1.0)
         mean = zeros.index_add(0, group, x) / safe
-        var = zeros.index_add(0, group, (x - mean[group]).square()) / safe
+        var = zeros.index_add(0, group, (x - member_rows(mean, group)).square()) / safe
         return count, mean, torch.where(count > 0, var, torch.ones_like(var))
 
     @torch.no_grad()
@@ -166,7 +168,7 @@ class GroupMeanStd(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std for rows of ``member`` (``[N]`` or one member), broadcastable to ``[N]``."""
         group = self.group_of(member)
-        return self.mean.to(dtype)[group], self.std.to(dtype)[group]
+        return member_rows(self.mean.to(dtype), group), member_rows(self.std.to(dtype), group)
 
     def normalize(self, x: torch.Tensor, member: torch.Tensor | int) -> torch.Tensor:
         """``(x - mean) / std`` of each row's member, ``[N]``."""
