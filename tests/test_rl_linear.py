@@ -128,9 +128,9 @@ def test_two_threads_run_two_single_threaded_streams(
     seen: list[tuple[int, int, str, int]] = []
     forward_rows = mlp_module._forward_rows
 
-    def spy(plan, params, x, outs, start, stop):  # type: ignore[no-untyped-def]
+    def spy(plan, params, x, outs, start, stop, *head):  # type: ignore[no-untyped-def]
         seen.append((start, stop, threading.current_thread().name, torch.get_num_threads()))
-        forward_rows(plan, params, x, outs, start, stop)
+        forward_rows(plan, params, x, outs, start, stop, *head)
 
     monkeypatch.setattr(mlp_module, "_forward_rows", spy)
     chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
@@ -243,3 +243,59 @@ def test_mlp_falls_back_to_layer_by_layer_where_it_cannot_chunk() -> None:
     torch.testing.assert_close(elu(x), plain_elu(x))  # [M, N, in] inputs run layer by layer
     # Rows that fit in one chunk run layer by layer too: the very same numbers.
     assert torch.equal(elu(x[0]), plain_elu(x[0]))
+
+
+@pytest.mark.parametrize(("members", "rows_per_member"), [(1, 40), (3, 13), (5, 7), (2, 40)])
+@pytest.mark.parametrize("streams", [False, True])
+def test_member_heads_on_chunks_match_the_mlp_then_batched_linear(
+    members: int, rows_per_member: int, streams: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 16-row chunks: members' blocks start inside chunks (13, 7 rows) or span several (40).
+    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
+    if streams:
+        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+        monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+        monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda: 2)
+    else:
+        monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda: 1)
+    trunk, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), False)
+    gen = torch.Generator().manual_seed(members)
+    n = members * rows_per_member
+    x = torch.randn(n, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(members, 7, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(members, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+
+    def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        h = plain(x).view(members, rows_per_member, -1)
+        return torch.baddbmm(bias.unsqueeze(1), h, weight).reshape(n, 3)
+
+    def fused(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return trunk.forward_member_heads(x, weight, bias)
+
+    y, expected = fused(x, weight, bias), reference(x, weight, bias)
+    torch.testing.assert_close(y, expected)
+    upstream = torch.randn(y.shape, generator=gen, dtype=y.dtype)
+    inputs = [x, weight, bias]
+    got = torch.autograd.grad(y, [*inputs, *trunk.parameters()], upstream)
+    want = torch.autograd.grad(expected, [*inputs, *plain.parameters()], upstream)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x, weight, bias), expected)
+    assert torch.autograd.gradcheck(fused, tuple(inputs))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bias_after_the_product_and_bias_gradients_by_product_give_the_same_numbers(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every layer adds its bias after the product; with two (OpenMP) threads the bias
+    # gradients are matrix-vector products with ones instead of column sums.
+    monkeypatch.setattr(mlp_module, "BIAS_AFTER_PRODUCT_MIN_IN", 1)
+    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
+    monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda: threads)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
+    x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)
+    assert_same_values_and_gradients(chunked, plain, x)
+    assert torch.autograd.gradcheck(chunked, (x,))

@@ -7,10 +7,13 @@ several times (GEMM, activation, next GEMM; activation backward, two GEMMs). :cl
 whose 2-D forward runs all layers on one chunk of rows at a time, and whose backward does the
 same in reverse, so a chunk's intermediate values are reused from the cache: about 1.3x faster
 on a 2-core CPU. The values are those of the layer-by-layer evaluation up to floating-point
-summation order (weight gradients are summed chunk by chunk). The activation's derivative is
-taken from its output (ELU, ReLU, leaky ReLU, tanh); MLPs with other activations, inputs that
-are not ``[N, in]`` on the CPU and inputs of at most one chunk (4,096 rows of a 64-unit MLP) run
-layer by layer.
+summation order (weight gradients are summed chunk by chunk). :meth:`MLP.forward_member_heads`
+also runs a population's per-member linear heads on each chunk (the shared trunk of
+:class:`~myriad.nn.population.SharedTrunkNet`), so the trunk output's gradient, as wide as the
+trunk, exists only one chunk at a time instead of as a whole ``[N, hidden]`` tensor. The
+activation's derivative is taken from its output (ELU, ReLU, leaky ReLU, tanh); MLPs with other
+activations, inputs that are not ``[N, in]`` on the CPU and inputs of at most one chunk (4,096
+rows of a 64-unit MLP) run layer by layer.
 
 When idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, which ``myriad pretrain`` sets)
 and there are ``T > 1`` torch threads, the rows are split into ``T`` contiguous streams of
@@ -38,6 +41,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from myriad.nn.activations import ELU, elu_, elu_grad
+from myriad.nn.linear import batched_linear
 
 #: Rows per chunk are chosen so that one activation of the widest layer takes about this many
 #: bytes (a CPU core's L2 cache: each worker thread runs its own chunks).
@@ -75,6 +79,8 @@ def _activation_grad(act: nn.Module, grad: torch.Tensor, out: torch.Tensor) -> t
 SUPPORTED_ACTIVATIONS = (nn.ELU, nn.ReLU, nn.LeakyReLU, nn.Tanh)
 
 Plan = tuple[tuple[nn.Linear, nn.Module | None], ...]
+#: Per-member output heads on a member-major batch: weight ``[M, in, out]``, bias ``[M, out]``.
+Head = tuple[torch.Tensor, torch.Tensor] | None
 
 
 def _chunk_rows(plan: Plan) -> int:
@@ -155,15 +161,45 @@ def _in_streams(n: int, streams: int, work: Callable[[int, int], R]) -> list[R]:
     return [f.result() for f in futures]
 
 
+#: Layers at least this wide at the input add their bias after the product (see
+#: :func:`_forward_chunk`).
+BIAS_AFTER_PRODUCT_MIN_IN = 32
+
+
 def _forward_chunk(
     plan: Plan, params: tuple[torch.Tensor, ...], h: torch.Tensor, outs: list[torch.Tensor]
 ) -> None:
-    """All layers on the rows ``h [n, in]``, writing layer i's output into ``outs[i]``."""
-    for i, (_, act) in enumerate(plan):
-        torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=outs[i])
+    """All layers on the rows ``h [n, in]``, writing layer i's output into ``outs[i]``.
+
+    ``addmm`` first copies the broadcast bias into its output, which for a kept activation is
+    memory no chunk has touched yet: the copy then waits on main memory, where a product that
+    writes the output itself overlaps those writes with its arithmetic. Into untouched 1 MB
+    outputs, a 4,096 x 64 by 64 x 64 product with ``addmm`` took 380 us, ``mm`` then ``add_``
+    of the bias 300 us (one thread; 210 and 185 us with two); with 4 inputs there was no gain
+    with one thread and a loss with two (one-off observations, 2026-11-27).
+    """
+    for i, (lin, act) in enumerate(plan):
+        if lin.in_features >= BIAS_AFTER_PRODUCT_MIN_IN:
+            torch.mm(h, params[2 * i].t(), out=outs[i])
+            outs[i].add_(params[2 * i + 1])
+        else:
+            torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=outs[i])
         if act is not None:
             _activate_(act, outs[i])
         h = outs[i]
+
+
+def _head_parts(start: int, stop: int, rows_per_member: int) -> list[tuple[int, int, int]]:
+    """``(member, a, b)`` for each member block of a member-major batch that meets rows
+    ``[start, stop)``: rows ``[a, b)`` belong to that member."""
+    parts = []
+    a = start
+    while a < stop:
+        m = a // rows_per_member
+        b = min(stop, (m + 1) * rows_per_member)
+        parts.append((m, a, b))
+        a = b
+    return parts
 
 
 def _forward_rows(
@@ -173,10 +209,14 @@ def _forward_rows(
     outs: Sequence[torch.Tensor | None],
     start: int,
     stop: int,
+    head: Head = None,
+    y: torch.Tensor | None = None,
 ) -> None:
     """All layers on rows ``[start, stop)`` of ``x``, a chunk at a time, into ``outs``: layer
     i's output ``[N, out_i]``, or None for a layer whose output is not kept (it then lives one
-    chunk at a time, in the cache)."""
+    chunk at a time, in the cache). With ``head``, each member's head also runs on its rows of
+    the last layer's output (member-major, equal counts) while they are in the cache, into
+    ``y [N, head_out]``."""
     rows = _chunk_rows(plan)
     for s in range(start, stop, rows):
         e = min(s + rows, stop)
@@ -185,6 +225,11 @@ def _forward_rows(
             for o, (lin, _) in zip(outs, plan)
         ]
         _forward_chunk(plan, params, x[s:e], chunk_outs)
+        if head is not None and y is not None:
+            weight, bias = head
+            h = chunk_outs[-1]
+            for m, a, b in _head_parts(s, e, x.shape[0] // weight.shape[0]):
+                torch.addmm(bias[m], h[a - s : b - s], weight[m], out=y[a:b])
 
 
 def _backward_rows(
@@ -196,9 +241,11 @@ def _backward_rows(
     grad_x: torch.Tensor | None,
     start: int,
     stop: int,
+    head: Head = None,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Backward through rows ``[start, stop)``, a chunk at a time: writes their rows of
-    ``grad_x`` and returns the weight and bias gradients summed over them.
+    ``grad_x`` and returns the weight and bias gradients summed over them (with ``head``, its
+    weight ``[M, in, out]`` and bias gradients last, and ``grad`` is the heads' ``[N, out]``).
 
     Weight gradients accumulate in the orientation whose product is fast (myriad.nn.linear):
     ``[in, out]`` when in < out, the parameter's own ``[out, in]`` otherwise.
@@ -212,9 +259,31 @@ def _backward_rows(
         for i, ((lin, _), t) in enumerate(zip(plan, transposed))
     ]
     grad_b = [torch.zeros_like(params[2 * i + 1]) for i in range(depth)]
+    # The bias gradient is a column sum of the chunk's gradient; torch's reduction over rows
+    # splits poorly over OpenMP threads, a matrix-vector product with ones does not: with two
+    # threads a PPO update at 4,096 envs ran 3-5% faster, with one 1.5% slower (interleaved,
+    # one-off observations, 2026-11-27).
+    ones = x.new_ones(rows) if torch.get_num_threads() > 1 else None
+    if head is not None:
+        weight, bias = head
+        # [M, out, in]: the head's output is the narrow side, so out-first is the fast product.
+        head_w = torch.zeros_like(weight.transpose(1, 2))
+        head_b = torch.zeros_like(bias)
+        rows_per_member = x.shape[0] // weight.shape[0]
+        hidden = weight.shape[1]
     for s in range(start, stop, rows):
         e = min(s + rows, stop)
-        g = grad[s:e]
+        if head is None:
+            g = grad[s:e]
+        else:
+            # The trunk output's gradient, member by member, only ever one chunk in size.
+            g = x.new_empty(e - s, hidden)
+            h = outs[-1][s:e]
+            for m, a, b in _head_parts(s, e, rows_per_member):
+                g_m = grad[a:b]
+                head_w[m].addmm_(g_m.t(), h[a - s : b - s])
+                head_b[m] += g_m.sum(dim=0)
+                torch.mm(g_m, weight[m].t(), out=g[a - s : b - s])
         for i in reversed(range(depth)):
             act = plan[i][1]
             if act is not None:
@@ -224,53 +293,80 @@ def _backward_rows(
                 grad_w[i].addmm_(h_in.t(), g)
             else:
                 grad_w[i].addmm_(g.t(), h_in)
-            grad_b[i] += g.sum(dim=0)
+            if ones is not None:
+                grad_b[i].addmv_(g.t(), ones[: e - s])
+            else:
+                grad_b[i] += g.sum(dim=0)
             if i > 0:
                 g = g.mm(params[2 * i])
             elif grad_x is not None:
                 torch.mm(g, params[0], out=grad_x[s:e])
-    return [w.t() if t else w for w, t in zip(grad_w, transposed)], grad_b
+    grad_w = [w.t() if t else w for w, t in zip(grad_w, transposed)]
+    if head is not None:
+        grad_w.append(head_w.transpose(1, 2))
+        grad_b.append(head_b)
+    return grad_w, grad_b
 
 
 class _ChunkedMLP(torch.autograd.Function):
-    """The MLP of ``plan`` on ``x [N, in]``; ``params`` are (weight [out, in], bias) per layer."""
+    """The MLP of ``plan`` on ``x [N, in]``, then, when ``head_weight [M, hidden, out]`` and
+    ``head_bias [M, out]`` are given, member m's head on its rows of the member-major batch;
+    ``params`` are (weight [out, in], bias) per layer."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, plan: Plan, *params: torch.Tensor) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        plan: Plan,
+        head_weight: torch.Tensor | None,
+        head_bias: torch.Tensor | None,
+        *params: torch.Tensor,
+    ) -> torch.Tensor:
         n = x.shape[0]
         outs = [x.new_empty(n, lin.out_features) for lin, _ in plan]
+        head: Head = None
+        y = outs[-1]
+        if head_weight is not None and head_bias is not None:
+            head = (head_weight, head_bias)
+            y = x.new_empty(n, head_weight.shape[2])
         ctx.streams = _streams(x)
         _in_streams(
             n,
             ctx.streams,
-            lambda start, stop: _forward_rows(plan, params, x, outs, start, stop),
+            lambda start, stop: _forward_rows(plan, params, x, outs, start, stop, head, y),
         )
         ctx.plan = plan
-        ctx.save_for_backward(x, *params, *outs)
-        return outs[-1]
+        ctx.has_head = head is not None
+        saved_head = head if head is not None else ()
+        ctx.save_for_backward(x, *saved_head, *params, *outs)
+        return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         plan: Plan = ctx.plan
         depth = len(plan)
-        x, params, outs = (
-            ctx.saved_tensors[0],
-            ctx.saved_tensors[1 : 1 + 2 * depth],
-            ctx.saved_tensors[1 + 2 * depth :],
-        )
+        saved = ctx.saved_tensors
+        x, saved = saved[0], saved[1:]
+        head: Head = None
+        if ctx.has_head:
+            head, saved = (saved[0], saved[1]), saved[2:]
+        params, outs = saved[: 2 * depth], saved[2 * depth :]
         grad = grad.contiguous()
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         sums = _in_streams(
             x.shape[0],
             ctx.streams,
-            lambda start, stop: _backward_rows(plan, params, x, outs, grad, grad_x, start, stop),
+            lambda start, stop: _backward_rows(
+                plan, params, x, outs, grad, grad_x, start, stop, head
+            ),
         )
         grad_w, grad_b = sums[0]
         for w, b in sums[1:]:  # in stream order: the same sum in every run
             grad_w = [a + c for a, c in zip(grad_w, w)]
             grad_b = [a + c for a, c in zip(grad_b, b)]
         grads: list[torch.Tensor | None] = [grad_x, None]
+        grads += [grad_w[depth].contiguous(), grad_b[depth]] if head is not None else [None, None]
         for i in range(depth):
             grads += [grad_w[i].contiguous(), grad_b[i]]
         return tuple(grads)
@@ -300,21 +396,53 @@ class MLP(nn.Sequential):
         return tuple(plan) or None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self._chunked(x, None)
+        return super().forward(x) if out is None else out
+
+    def forward_member_heads(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        """This MLP, then member m's linear head on its rows: ``x [M * n, in]`` member-major
+        with equal counts, ``weight [M, hidden, out]``, ``bias [M, out]`` -> ``[M * n, out]``.
+
+        On the chunked path the heads run on each chunk while the MLP's output is in the cache,
+        forward and backward, so the ``[M * n, hidden]`` gradient of that output is never
+        written out whole; otherwise the MLP runs, then :func:`batched_linear`.
+        """
+        out = self._chunked(x, (weight, bias))
+        if out is not None:
+            return out
+        h = super().forward(x)
+        m = weight.shape[0]
+        return batched_linear(h.view(m, -1, h.shape[-1]), weight, bias).reshape(-1, weight.shape[2])
+
+    def _chunked(self, x: torch.Tensor, head: Head) -> torch.Tensor | None:
+        """The chunked evaluation, or None where it does not apply."""
         plan = self._plan()
         # Chunks are for CPU caches. Rows that fit in one chunk and one stream gain nothing from
         # chunking: they run layer by layer, as a plain nn.Sequential (the same results).
         if plan is None or x.ndim != 2 or x.device.type != "cpu":
-            return super().forward(x)
+            return None
         if _streams(x) == 1 and x.shape[0] <= _chunk_rows(plan):
-            return super().forward(x)
+            return None
         params = tuple(p for lin, _ in plan for p in (lin.weight, lin.bias))
-        if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)):
-            return _ChunkedMLP.apply(x, plan, *params)
-        out = x.new_empty(x.shape[0], plan[-1][0].out_features)
-        outs: list[torch.Tensor | None] = [*[None] * (len(plan) - 1), out]
+        head_params = head if head is not None else ()
+        if torch.is_grad_enabled() and (
+            x.requires_grad or any(p.requires_grad for p in (*params, *head_params))
+        ):
+            head_weight, head_bias = head if head is not None else (None, None)
+            out: torch.Tensor = _ChunkedMLP.apply(x, plan, head_weight, head_bias, *params)
+            return out
+        y = None
+        if head is not None:
+            y = x.new_empty(x.shape[0], head[0].shape[2])
+        last = x.new_empty(x.shape[0], plan[-1][0].out_features) if head is None else None
+        outs: list[torch.Tensor | None] = [*[None] * (len(plan) - 1), last]
         _in_streams(
             x.shape[0],
             _streams(x),
-            lambda start, stop: _forward_rows(plan, params, x, outs, start, stop),
+            lambda start, stop: _forward_rows(plan, params, x, outs, start, stop, head, y),
         )
-        return out
+        result = y if y is not None else last
+        assert result is not None
+        return result

@@ -180,7 +180,7 @@ def _linear(in_features: int, out_features: int, gain: float) -> nn.Linear:
     return layer
 
 
-def _mlp(sizes: Sequence[int], activation: str, out_gain: float | None) -> nn.Sequential:
+def _mlp(sizes: Sequence[int], activation: str, out_gain: float | None) -> MLP:
     """``Linear -> act`` for each consecutive pair; the last layer has no activation when
     ``out_gain`` is given (it is then initialised with that gain)."""
     layers: list[nn.Module] = []
@@ -254,9 +254,7 @@ class SharedTrunkNet(PopulationNet):
         self.head = PopulationLinear(num_members, sizes[-2], sizes[-1], out_gain)
 
     def blocked(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.trunk(x)
-        y = self.head(h.view(self.num_members, -1, h.shape[-1]))
-        return y.reshape(-1, self.out_features)
+        return self.trunk.forward_member_heads(x, self.head.weight, self.head.bias)
 
     def rows(self, x: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
         # Heads are small, so computing all of them and gathering is cheaper than grouping rows
