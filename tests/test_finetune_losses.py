@@ -126,8 +126,6 @@ def _batch(model: PopulationActorCritic, member: list[int], blocked: bool, **ext
         values=zeros.clone(),
         advantages=zeros.clone(),
         returns=zeros.clone(),
-        rewards=zeros.clone(),
-        dones=torch.zeros(n, dtype=torch.bool),
         member=torch.tensor(member),
         index=torch.arange(n),
         blocked=blocked,
@@ -230,26 +228,34 @@ def test_sapg_prepare_writes_leader_td_targets():
     torch.testing.assert_close(algo.entropy_coef, torch.tensor([0.0, 0.005]))
 
 
-def test_sampled_leader_targets_are_the_stored_ones_from_the_frozen_critic():
-    # A sampled off-policy loss (the default ratio) computes the targets of the rows it reads,
-    # from the model as it was at prepare: the values the stored path writes.
+def test_sampled_leader_targets_are_the_stored_ones_of_the_planned_rows():
+    # A sampled off-policy loss (the default ratio) computes, before the first minibatch, the
+    # targets of the rows it will read: the values the stored path writes.
     model = tiny_model()
     stored = SAPG(copy.deepcopy(model), PPOConfig(gamma=0.9), SAPGConfig(off_policy_ratio=None))
     sampled = SAPG(model, PPOConfig(gamma=0.9))
     storage = _storage([0, 1, 1, 0])
+    sampled_storage = copy.deepcopy(storage)
     stored.prepare(storage)
     advantage = storage.flat("leader_td_advantage").clone()
     target = storage.flat("leader_td_target").clone()
-    sampled.prepare(copy.deepcopy(storage))
+    sampled.prepare(sampled_storage)
+    assert sampled.off_policy.targets is None and "leader_td_target" not in sampled_storage.extras
+    # Minibatches of 4 member-major rows, 2 per member: with one follower and ratio 1 the term
+    # reads both of the follower's rows, and none of the leader's.
+    epochs = [
+        [torch.tensor([0, 3, 1, 2]), torch.tensor([4, 7, 6, 5])],
+        [torch.tensor([8, 11, 9, 10])],
+    ]
+    sampled.plan_minibatches(sampled_storage, epochs)
     targets = sampled.off_policy.targets
     assert targets is not None and stored.off_policy.targets is None
-    index = torch.tensor([7, 0, 11, 3, 3])
-    with torch.no_grad():
-        for p in model.parameters():  # the update moves the model; the targets stay put
-            p.add_(0.5)
-    got_advantage, got_target = targets(index)
-    torch.testing.assert_close(got_advantage, advantage[index])
-    torch.testing.assert_close(got_target, target[index])
+    planned = torch.tensor([1, 2, 6, 5, 9, 10])
+    got_advantage, got_target = targets(planned)
+    torch.testing.assert_close(got_advantage, advantage[planned])
+    torch.testing.assert_close(got_target, target[planned])
+    # A row outside the plan reads NaN rather than a plausible number.
+    assert torch.isnan(targets(torch.tensor([0]))[1]).all()
     # Minibatches that are not member-major select every follower row: the targets are stored.
     unequal = SAPG(tiny_model(), PPOConfig(gamma=0.9))
     assert not unequal.samples_leader_targets(_storage([0, 1, 1, 1]))

@@ -53,9 +53,9 @@ def follower_rows(batch: Batch, leader: int = 0, per_follower: int | None = None
     """The rows acted by every member other than ``leader``.
 
     With ``per_follower`` (blocked batches only), the first ``per_follower`` rows of each
-    follower: the storage shuffles every member's rows before cutting minibatches, so these are
-    a uniform random subset with an equal share of each follower. Other batches select all
-    follower rows by mask.
+    follower (:func:`sampled_follower_part`): the storage shuffles every member's rows before
+    cutting minibatches, so these are a uniform random subset with an equal share of each
+    follower. Other batches select all follower rows by mask.
     """
     if not batch.blocked:
         return Rows(None, (batch.member != leader).to(batch.obs.dtype))
@@ -65,11 +65,19 @@ def follower_rows(batch: Batch, leader: int = 0, per_follower: int | None = None
         if leader == 0:
             return Rows(slice(n, None), None)
         per_follower = n
-    device = batch.obs.device
-    members = torch.arange(m, device=device)
+    return Rows(sampled_follower_part(len(batch), m, leader, per_follower, batch.obs.device), None)
+
+
+def sampled_follower_part(
+    rows: int, num_members: int, leader: int, per_follower: int, device: torch.device
+) -> torch.Tensor:
+    """Positions ``[(M - 1) * per_follower]`` of the first ``per_follower`` rows of every
+    follower in a member-major batch of ``rows`` rows."""
+    n = rows // num_members
+    members = torch.arange(num_members, device=device)
     members = members[members != leader]
     index = members.unsqueeze(1) * n + torch.arange(per_follower, device=device).unsqueeze(0)
-    return Rows(index.reshape(-1), None)
+    return index.reshape(-1)
 
 
 def tile_members(x: torch.Tensor, num_members: int) -> tuple[torch.Tensor, torch.Tensor]:

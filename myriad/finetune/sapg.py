@@ -9,7 +9,6 @@ leader's critic, ``r + gamma * V_L(s') - V_L(s)``, whose target also trains that
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from myriad.finetune.losses import (
     one_step_td,
     sapg_entropy_coefficients,
 )
-from myriad.finetune.rows import Rows, follower_rows, leader_rows
+from myriad.finetune.rows import Rows, follower_rows, leader_rows, sampled_follower_part
 from myriad.nn.distributions import gaussian_kl
 from myriad.nn.population import Evaluation, PopulationActorCritic
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig
@@ -82,46 +81,51 @@ def state_and_next_values(
 
 
 class SampledLeaderTargets:
-    """The leader's one-step TD advantages and targets of any rows of a rollout, from its
-    critic as it was when the update began.
+    """The leader's one-step TD advantages and targets of the rollout rows a sampled
+    off-policy loss will read, computed before the update's first minibatch.
 
-    :meth:`SAPG.prepare` stores the targets of every row when the off-policy term reads every
-    follower row; with ``off_policy_ratio`` set it reads a sample, about a quarter of the rows
-    over an update's epochs, so the targets are computed for those rows only, from a frozen copy
-    of the model (its parameters and normalisers at the start of the update): the same values
-    as the stored ones, at the cost of one critic pass over ``2 B`` states per minibatch
-    instead of one over every state.
+    With ``off_policy_ratio`` set, the off-policy term reads a sample of the follower rows of
+    each minibatch (a few percent of them per epoch), so :meth:`SAPG.plan_minibatches` computes
+    the targets of those rows only, from the critic as it is when the update begins (the
+    values the stored path writes), in one critic pass over ``2 R`` states for ``R`` planned
+    rows; :meth:`__call__` looks them up.
 
     Args:
-        model: the population (copied).
+        model: the population.
         leader: the leader's member index.
         storage: the rollout, collected with ``store_transitions=True``.
         gamma: the discount.
+        rows: ``[R]`` time-major flat indices of the rows to compute (repeats allowed).
     """
 
-    def __init__(
-        self, model: PopulationActorCritic, leader: int, storage: RolloutStorage, gamma: float
-    ) -> None:
-        self.model = copy.deepcopy(model).requires_grad_(False)
-        self.leader, self.gamma = leader, float(gamma)
-        self.obs, self.next_obs = transitions(storage)
-        self.rewards = storage.rewards.reshape(-1)
-        self.terminated = storage.terminated.reshape(-1)
-
     @torch.no_grad()
-    def __call__(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(advantage [B], target [B])`` of the rollout rows ``index [B]`` (time-major flat
-        indices, as ``Batch.index``)."""
-        b = index.shape[0]
-        states = torch.cat([self.obs.index_select(0, index), self.next_obs.index_select(0, index)])
-        values = self.model.value(states, self.leader)
-        return one_step_td(
-            self.rewards.index_select(0, index),
-            values[:b],
-            values[b:],
-            self.terminated.index_select(0, index),
-            self.gamma,
+    def __init__(
+        self,
+        model: PopulationActorCritic,
+        leader: int,
+        storage: RolloutStorage,
+        gamma: float,
+        rows: torch.Tensor,
+    ) -> None:
+        obs, next_obs = transitions(storage)
+        r = rows.shape[0]
+        values = model.value(
+            torch.cat([obs.index_select(0, rows), next_obs.index_select(0, rows)]), leader
         )
+        advantage, target = one_step_td(
+            storage.rewards.reshape(-1).index_select(0, rows),
+            values[:r],
+            values[r:],
+            storage.terminated.reshape(-1).index_select(0, rows),
+            gamma,
+        )
+        # Rows outside the plan read NaN, so that a lookup the plan missed cannot pass as 0.
+        self.advantage = values.new_full((obs.shape[0],), math.nan).index_copy_(0, rows, advantage)
+        self.target = values.new_full((obs.shape[0],), math.nan).index_copy_(0, rows, target)
+
+    def __call__(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(advantage [B], target [B])`` of the planned rollout rows ``index [B]``."""
+        return self.advantage.index_select(0, index), self.target.index_select(0, index)
 
 
 def critic_scale(
@@ -172,8 +176,9 @@ class LeaderOffPolicyTerm:
     """The leader's PPO loss on the followers' rows of a minibatch.
 
     The one-step advantages and targets of the selected rows come from :attr:`targets` when
-    :meth:`SAPG.prepare` set it, else from ``batch.extras["leader_td_advantage"]`` and
-    ``["leader_td_target"]`` (``[B]``, stored by :meth:`SAPG.prepare`).
+    :meth:`SAPG.plan_minibatches` set it (a sampled loss), else from
+    ``batch.extras["leader_td_advantage"]`` and ``["leader_td_target"]`` (``[B]``, stored by
+    :meth:`SAPG.prepare`).
 
     Args:
         coef: weight of the term.
@@ -211,17 +216,22 @@ class LeaderOffPolicyTerm:
         if self.targets is not None:
             return self.targets(rows.take(batch.index))
         if "leader_td_advantage" not in batch.extras:
-            raise RuntimeError("SAPG.prepare sets the leader's targets before the update")
+            raise RuntimeError("SAPG.update sets the leader's targets before the first minibatch")
         extras = batch.extras
         return rows.take(extras["leader_td_advantage"]), rows.take(extras["leader_td_target"])
+
+    def per_follower(self, rows: int, num_members: int) -> int | None:
+        """Follower rows the term reads per follower from a blocked minibatch of ``rows`` rows
+        (None: all of them)."""
+        if self.ratio is None or num_members < 2:
+            return None
+        n = rows // num_members
+        return min(n, max(1, math.ceil(self.ratio * n / (num_members - 1))))
 
     def __call__(
         self, algorithm: PPO, batch: Batch, evaluation: Evaluation
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        per_follower = None
-        if self.ratio is not None and batch.num_members > 1:
-            n = len(batch) // batch.num_members
-            per_follower = max(1, math.ceil(self.ratio * n / (batch.num_members - 1)))
+        per_follower = self.per_follower(len(batch), batch.num_members)
         rows = follower_rows(batch, self.leader, per_follower)
         cfg = algorithm.config
         behaviour = rows.take(batch.log_probs)
@@ -345,10 +355,12 @@ class SAPG(FinetuneAlgorithm):
 
     def prepare(self, storage: RolloutStorage) -> None:
         """PPO's preparation (GAE on the rewards plus :meth:`reward_bonus`, value statistics),
-        then the leader's one-step targets."""
+        then the leader's one-step targets of every row, unless they are sampled."""
         self.prepare_stats = {}
         super().prepare(storage)
-        self._leader_targets(storage)
+        self.off_policy.targets = None
+        if not self.samples_leader_targets(storage):
+            self._store_leader_targets(storage)
 
     def samples_leader_targets(self, storage: RolloutStorage) -> bool:
         """Whether the leader's targets are computed for the sampled follower rows only
@@ -358,14 +370,23 @@ class SAPG(FinetuneAlgorithm):
         member_major = self.config.member_major and storage.equal_counts
         return self.sapg.off_policy_ratio is not None and member_major
 
-    @torch.no_grad()
-    def _leader_targets(self, storage: RolloutStorage) -> None:
-        self.off_policy.targets = None
-        if self.samples_leader_targets(storage):
-            self.off_policy.targets = SampledLeaderTargets(
-                self.model, self.leader, storage, self.config.gamma
-            )
+    def plan_minibatches(self, storage: RolloutStorage, epochs: list[list[torch.Tensor]]) -> None:
+        """With sampled targets: those of every row the off-policy term will read."""
+        if not self.samples_leader_targets(storage):
             return
+        m = self.model.num_members
+        parts = []
+        for index in (index for indices in epochs for index in indices):
+            per_follower = self.off_policy.per_follower(index.shape[0], m)
+            assert per_follower is not None  # off_policy_ratio is set
+            part = sampled_follower_part(index.shape[0], m, self.leader, per_follower, index.device)
+            parts.append(index.index_select(0, part))
+        self.off_policy.targets = SampledLeaderTargets(
+            self.model, self.leader, storage, self.config.gamma, torch.cat(parts)
+        )
+
+    @torch.no_grad()
+    def _store_leader_targets(self, storage: RolloutStorage) -> None:
         values, next_values = state_and_next_values(self.model, self.leader, storage)
         advantage, target = one_step_td(
             storage.rewards.reshape(-1),

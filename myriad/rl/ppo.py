@@ -202,6 +202,11 @@ class PPO:
             self._behaviour_value_stats = (vn.mean.clone(), vn.std.clone())
             vn.update(storage.returns, storage.member.expand_as(storage.returns))
 
+    def plan_minibatches(self, storage: RolloutStorage, epochs: list[list[torch.Tensor]]) -> None:
+        """After :meth:`prepare`, before the epochs: the rows every minibatch of this update
+        will read (time-major flat indices, ``[B]`` each, epoch by epoch), for an algorithm that
+        computes something of exactly those rows in one pass. Nothing here."""
+
     def finish(self, storage: RolloutStorage) -> None:
         """After the epochs: observation statistics from the rollout just learned from."""
         self._behaviour_value_stats = None
@@ -329,10 +334,16 @@ class PPO:
         cfg = self.config
         self.prepare(storage)
         member_major = cfg.member_major and storage.equal_counts
+        epochs = [
+            storage.minibatch_indices(cfg.minibatches, member_major, self.generator)
+            for _ in range(cfg.epochs)
+        ]
+        self.plan_minibatches(storage, epochs)
         sums: dict[str, torch.Tensor] = {}
         count = 0
-        for _ in range(cfg.epochs):
-            for batch in storage.minibatches(cfg.minibatches, member_major, self.generator):
+        for indices in epochs:
+            for index in indices:
+                batch = storage.batch(index, blocked=member_major)
                 loss, stats = self.critic_loss(batch) if critic_only else self.loss(batch)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()

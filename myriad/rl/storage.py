@@ -53,12 +53,12 @@ class Batch:
     """One minibatch of a rollout, rows flattened from ``[T, E]``.
 
     Attributes:
-        obs: ``[B, O]``; actions ``[B, A]``; log_probs, values, advantages, returns, rewards:
-            ``[B]`` (``log_probs`` and ``values`` are those of the behaviour policy and critic).
-        dones: ``[B]`` bool.
+        obs: ``[B, O]``; actions ``[B, A]``; log_probs, values, advantages, returns: ``[B]``
+            (``log_probs`` and ``values`` are those of the behaviour policy and critic).
         member: ``[B]`` long, the member that acted.
         index: ``[B]`` long, ``t * E + e`` of each row, to look up anything else computed on
-            the rollout.
+            the rollout (``storage.flat("rewards").index_select(0, batch.index)``: rewards and
+            dones are not gathered for every minibatch, since no loss reads them).
         blocked: rows are member-major with equal counts per member (the model's fast path).
         num_members: M.
         means, log_stds: ``[B, A]`` behaviour distribution, when stored.
@@ -72,8 +72,6 @@ class Batch:
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
-    rewards: torch.Tensor
-    dones: torch.Tensor
     member: torch.Tensor
     index: torch.Tensor
     blocked: bool
@@ -296,8 +294,6 @@ class RolloutStorage:
             values=take(self.values),
             advantages=take(self.advantages),
             returns=take(self.returns),
-            rewards=take(self.rewards),
-            dones=take(self.dones),
             member=self.member.index_select(0, env),
             index=index,
             blocked=blocked,
@@ -308,18 +304,19 @@ class RolloutStorage:
             extras={k: take(v) for k, v in self.extras.items() if k not in self._rollout_only},
         )
 
-    def minibatches(
+    def minibatch_indices(
         self,
         num_minibatches: int,
         member_major: bool = True,
         generator: torch.Generator | None = None,
-    ) -> Iterator[Batch]:
-        """One pass over the rollout in ``num_minibatches`` shuffled minibatches.
+    ) -> list[torch.Tensor]:
+        """The rows of one pass over the rollout in ``num_minibatches`` shuffled minibatches:
+        time-major flat indices, ``[B]`` each (:meth:`batch` gathers them).
 
         ``member_major=True``: rows are shuffled within each member's set, and each minibatch
-        takes an equal share of every member, laid out member-major (``Batch.blocked``), so the
-        model runs its reshape fast path. Needs equal env counts per member. ``False``: plain
-        shuffling of all rows (``Batch.blocked`` is False).
+        takes an equal share of every member, laid out member-major, so the model runs its
+        reshape fast path. Needs equal env counts per member. ``False``: plain shuffling of all
+        rows.
         """
         total = self.num_steps * self.num_envs
         if not 1 <= num_minibatches <= total // self.num_members:
@@ -329,9 +326,7 @@ class RolloutStorage:
             )
         if not member_major:
             perm = torch.randperm(total, generator=generator, device=self.device)
-            for chunk in perm.tensor_split(num_minibatches):
-                yield self.batch(chunk, blocked=False)
-            return
+            return list(perm.tensor_split(num_minibatches))
         if self._member_major_index is None:
             raise ValueError(
                 f"member-major minibatches need equal env counts per member, got "
@@ -347,5 +342,15 @@ class RolloutStorage:
             ]
         )
         shuffled = index.gather(1, order)
-        for chunk in shuffled.tensor_split(num_minibatches, dim=1):
-            yield self.batch(chunk.reshape(-1), blocked=True)
+        return [chunk.reshape(-1) for chunk in shuffled.tensor_split(num_minibatches, dim=1)]
+
+    def minibatches(
+        self,
+        num_minibatches: int,
+        member_major: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> Iterator[Batch]:
+        """One pass over the rollout in ``num_minibatches`` shuffled minibatches
+        (:meth:`minibatch_indices`); ``Batch.blocked`` is ``member_major``."""
+        for index in self.minibatch_indices(num_minibatches, member_major, generator):
+            yield self.batch(index, blocked=member_major)
