@@ -325,28 +325,22 @@ class SAPG(FinetuneAlgorithm):
         self.set_entropy_coef(sapg_entropy_coefficients(model.num_members, self.sapg.entropy_scale))
         self.prepare_stats: dict[str, float] = {}
 
-    def ppo_loss(
-        self, batch: Batch, evaluation: Evaluation
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """PPO's loss on every member's own rows; with ``schedule_kl="leader"`` the KL that
-        drives the learning rate is measured on the leader's rows."""
-        loss, stats = super().ppo_loss(batch, evaluation)
+    def schedule_kl(
+        self, batch: Batch, evaluation: Evaluation, approx: torch.Tensor
+    ) -> torch.Tensor:
+        """With ``schedule_kl="leader"`` and stored behaviour distributions, the exact KL on the
+        leader's rows; else PPO's."""
         # The storage keeps the behaviour means and log-stds together, or neither.
-        if (
-            self.sapg.schedule_kl == "leader"
-            and batch.means is not None
-            and batch.log_stds is not None
-        ):
-            rows = leader_rows(batch, self.leader)
-            with torch.no_grad():
-                kl = gaussian_kl(
-                    rows.take(batch.means),
-                    rows.take(batch.log_stds),
-                    rows.take(evaluation.mean),
-                    rows.take(evaluation.log_std),
-                )
-                stats["kl"] = rows.mean(kl)
-        return loss, stats
+        if self.sapg.schedule_kl != "leader" or batch.means is None or batch.log_stds is None:
+            return super().schedule_kl(batch, evaluation, approx)
+        rows = leader_rows(batch, self.leader)
+        kl = gaussian_kl(
+            rows.take(batch.means),
+            rows.take(batch.log_stds),
+            rows.take(evaluation.mean),
+            rows.take(evaluation.log_std),
+        )
+        return rows.mean(kl)
 
     def reward_bonus(self, storage: RolloutStorage) -> torch.Tensor | None:
         """Rewards added to the task reward for the members' own returns, ``[T, E]`` (None:

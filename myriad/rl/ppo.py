@@ -288,18 +288,25 @@ class PPO:
                 "approx_kl": approx_kl(evaluation.log_prob, batch.log_probs),
                 "clip_fraction": clip_fraction(evaluation.log_prob, batch.log_probs, clip),
             }
-            # The storage keeps the behaviour means and log-stds together, or neither.
-            if (
-                cfg.kl_estimator == "exact"
-                and batch.means is not None
-                and batch.log_stds is not None
-            ):
-                stats["kl"] = exact_gaussian_kl(
-                    batch.means, batch.log_stds, evaluation.mean, evaluation.log_std
-                )
-            else:
-                stats["kl"] = stats["approx_kl"]
+            stats["kl"] = self.schedule_kl(batch, evaluation, stats["approx_kl"])
         return loss, stats
+
+    def schedule_kl(
+        self, batch: Batch, evaluation: Evaluation, approx: torch.Tensor
+    ) -> torch.Tensor:
+        """The KL that drives the adaptive learning rate (scalar, no gradient): the exact
+        Gaussian KL over the minibatch with ``kl_estimator="exact"`` and stored behaviour
+        distributions, else ``approx`` (the sample estimate)."""
+        # The storage keeps the behaviour means and log-stds together, or neither.
+        if (
+            self.config.kl_estimator == "exact"
+            and batch.means is not None
+            and batch.log_stds is not None
+        ):
+            return exact_gaussian_kl(
+                batch.means, batch.log_stds, evaluation.mean, evaluation.log_std
+            )
+        return approx
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Total minibatch loss and its detached scalar stats."""
