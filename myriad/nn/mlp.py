@@ -189,17 +189,69 @@ def _forward_chunk(
         h = outs[i]
 
 
-def _head_parts(start: int, stop: int, rows_per_member: int) -> list[tuple[int, int, int]]:
-    """``(member, a, b)`` for each member block of a member-major batch that meets rows
-    ``[start, stop)``: rows ``[a, b)`` belong to that member."""
-    parts = []
+def _head_parts(start: int, stop: int, rows_per_member: int) -> list[tuple[int, int, int, int]]:
+    """``(m0, m1, a, b)`` for the member blocks of a member-major batch that meet rows
+    ``[start, stop)``: rows ``[a, b)`` belong to members ``m0..m1-1``, ``(b - a) / (m1 - m0)``
+    rows each. Consecutive whole blocks form one part, so a chunk holding many small members'
+    blocks runs their heads as one batched product rather than one product per member."""
+    parts: list[tuple[int, int, int, int]] = []
     a = start
     while a < stop:
         m = a // rows_per_member
         b = min(stop, (m + 1) * rows_per_member)
-        parts.append((m, a, b))
+        whole = b - a == rows_per_member
+        if (
+            whole
+            and parts
+            and parts[-1][3] == a
+            and parts[-1][3] - parts[-1][2] == (parts[-1][1] - parts[-1][0]) * rows_per_member
+        ):
+            m0, _, a0, _ = parts.pop()
+            parts.append((m0, m + 1, a0, b))
+        else:
+            parts.append((m, m + 1, a, b))
         a = b
     return parts
+
+
+def _head_forward(
+    weight: torch.Tensor, bias: torch.Tensor, h: torch.Tensor, y: torch.Tensor, m0: int, m1: int
+) -> None:
+    """Members ``m0..m1-1``'s heads on their equal shares of the rows ``h``, into ``y``."""
+    if m1 - m0 == 1:
+        torch.addmm(bias[m0], h, weight[m0], out=y)
+        return
+    k = m1 - m0
+    torch.baddbmm(
+        bias[m0:m1].unsqueeze(1),
+        h.view(k, -1, h.shape[1]),
+        weight[m0:m1],
+        out=y.view(k, -1, y.shape[1]),
+    )
+
+
+def _head_backward(
+    weight: torch.Tensor,
+    h: torch.Tensor,
+    grad_y: torch.Tensor,
+    grad_w: torch.Tensor,
+    grad_b: torch.Tensor,
+    grad_h: torch.Tensor,
+    m0: int,
+    m1: int,
+) -> None:
+    """Backward of :func:`_head_forward`: adds to ``grad_w [M, out, in]`` and ``grad_b`` and
+    writes ``grad_h``."""
+    if m1 - m0 == 1:
+        grad_w[m0].addmm_(grad_y.t(), h)
+        grad_b[m0] += grad_y.sum(dim=0)
+        torch.mm(grad_y, weight[m0].t(), out=grad_h)
+        return
+    k = m1 - m0
+    g3, h3 = grad_y.view(k, -1, grad_y.shape[1]), h.view(k, -1, h.shape[1])
+    grad_w[m0:m1].baddbmm_(g3.transpose(1, 2), h3)
+    grad_b[m0:m1] += g3.sum(dim=1)
+    torch.bmm(g3, weight[m0:m1].transpose(1, 2), out=grad_h.view(k, -1, grad_h.shape[1]))
 
 
 def _forward_rows(
@@ -228,8 +280,8 @@ def _forward_rows(
         if head is not None and y is not None:
             weight, bias = head
             h = chunk_outs[-1]
-            for m, a, b in _head_parts(s, e, x.shape[0] // weight.shape[0]):
-                torch.addmm(bias[m], h[a - s : b - s], weight[m], out=y[a:b])
+            for m0, m1, a, b in _head_parts(s, e, x.shape[0] // weight.shape[0]):
+                _head_forward(weight, bias, h[a - s : b - s], y[a:b], m0, m1)
 
 
 def _backward_rows(
@@ -279,11 +331,10 @@ def _backward_rows(
             # The trunk output's gradient, member by member, only ever one chunk in size.
             g = x.new_empty(e - s, hidden)
             h = outs[-1][s:e]
-            for m, a, b in _head_parts(s, e, rows_per_member):
-                g_m = grad[a:b]
-                head_w[m].addmm_(g_m.t(), h[a - s : b - s])
-                head_b[m] += g_m.sum(dim=0)
-                torch.mm(g_m, weight[m].t(), out=g[a - s : b - s])
+            for m0, m1, a, b in _head_parts(s, e, rows_per_member):
+                _head_backward(
+                    weight, h[a - s : b - s], grad[a:b], head_w, head_b, g[a - s : b - s], m0, m1
+                )
         for i in reversed(range(depth)):
             act = plan[i][1]
             if act is not None:
