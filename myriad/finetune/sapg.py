@@ -85,7 +85,7 @@ class SampledLeaderTargets:
     off-policy loss will read, computed before the update's first minibatch.
 
     With ``off_policy_ratio`` set, the off-policy term reads a sample of the follower rows of
-    each minibatch (a few percent of them per epoch), so :meth:`SAPG.plan_minibatches` computes
+    each minibatch (as many as the leader's own rows), so :meth:`SAPG.plan_minibatches` computes
     the targets of those rows only, from the critic as it is when the update begins (the
     values the stored path writes), in one critic pass over ``2 R`` states for ``R`` planned
     rows; :meth:`__call__` looks them up.
