@@ -29,3 +29,19 @@ def test_search_threads_follow_omp_num_threads_when_set(
     assert search_threads() == (expected if expected is not None else available_cpus())
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert search_threads() == available_cpus()
+
+
+def test_openmp_threads_reaches_a_runtime_loaded_after_the_first_block() -> None:
+    from threadpoolctl import ThreadpoolController
+
+    with openmp_threads(1):
+        pass
+    import pykdtree.kdtree  # noqa: F401 - loads its own OpenMP runtime
+
+    with openmp_threads(3):
+        counts = [
+            info["num_threads"]
+            for info in ThreadpoolController().info()
+            if info["user_api"] == "openmp"
+        ]
+    assert len(counts) >= 1 and all(c == 3 for c in counts)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import lru_cache
-from typing import Any
 
 
 def available_cpus() -> int:
@@ -33,16 +31,15 @@ def search_threads() -> int:
     return available_cpus()
 
 
-@lru_cache(maxsize=1)
-def _controller() -> Any:
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
 @contextmanager
 def openmp_threads(threads: int) -> Iterator[None]:
-    """Run the block with ``threads`` OpenMP threads in the calling thread (every loaded
-    runtime); other threads of the process keep their own counts."""
-    with _controller().limit(limits=int(threads), user_api="openmp"):
+    """Run the block with ``threads`` OpenMP threads in the calling thread (every runtime
+    loaded when the block starts); other threads of the process keep their own counts.
+
+    The loaded libraries are listed anew for each block (about 0.4 ms), so a runtime that came
+    with a later import (pykdtree ships its own libgomp) is included.
+    """
+    from threadpoolctl import ThreadpoolController
+
+    with ThreadpoolController().limit(limits=int(threads), user_api="openmp"):
         yield
