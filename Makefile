@@ -9,7 +9,7 @@ EXTRAS ?= dev,ray,warp,offline,viz
 comma  := ,
 STAMP  := $(VENV)/.myriad-installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install install-gpu demo test lint bench gpu-check clean
+.PHONY: install install-gpu demo test lint bench gpu-check gpu-bundle clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,12 @@ bench: $(STAMP)
 # exits 0. The faiss-gpu stage needs `make install-gpu` first.
 gpu-check: $(STAMP)
 	$(BIN)/myriad bench gpu
+
+# The wheels a CUDA node without network needs for the GPU check (docs/install.md); there:
+# `scripts/gpu-check.sh` with the node's own Python and PyTorch. GPU_PYTHON=3.12 for the node's
+# Python version.
+gpu-bundle:
+	PYTHON=$(PYTHON) bash scripts/gpu-bundle.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

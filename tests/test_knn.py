@@ -321,6 +321,12 @@ def test_auto_rule() -> None:
     on_cuda = "faiss" if knn_mod.faiss_gpu_available() else "torch"
     assert select_backend(65536, 65536, 29, "cuda") == on_cuda
     assert select_grouped_backend(4096, 29, "cuda") == "torch"
+    if not knn_mod.faiss_gpu_available():
+        # Millions of low-dimensional states: the host's kd-tree, not GPU brute force.
+        assert select_backend(6_553_600, 6_553_600, 2, "cuda") == "kdtree"
+        assert select_backend(65536, 65536, 2, "cuda") == "torch"
+        assert select_grouped_backend(409_600, 2, "cuda") == "kdtree"
+        assert select_grouped_backend(409_600, 29, "cuda") == "torch"
     assert select_grouped_backend(4096, 29) == "torch"
     assert select_grouped_backend(4096, 2) == "kdtree"
     assert select_grouped_backend(16384, 29) == "faiss"
@@ -331,7 +337,9 @@ def test_auto_rule() -> None:
 def test_cuda_matches_cpu(gen: torch.Generator) -> None:
     x = torch.randn(3000, 8, generator=gen)
     ref = brute_force(x, 5)
-    for backend in ("auto", "torch", "faiss"):
+    # Without faiss (an offline node's bundle has none) "auto" is the torch kernel.
+    backends = ("auto", "torch", "faiss") if knn_mod.faiss_available() else ("auto", "torch")
+    for backend in backends:
         nb = knn(x.cuda(), 5, backend=backend)
         assert nb.distances.is_cuda and nb.indices.is_cuda
         assert_same(Neighbors(nb.distances.cpu(), nb.indices.cpu()), ref, 5)

@@ -7,16 +7,21 @@ Stages, each independent (a failing stage records its one-line error and the che
 - ``pretrain``: default K-Myriad pretraining with 16,384 envs and 16 members (steps/s, k-NN share
   of an iteration) and one rollout under ``torch.cuda.set_sync_debug_mode("error")``: any host
   sync inside the collector's rollout fails the stage and names where it happened.
-- ``knn``: faiss-gpu exact k-NN at 65,536 and 1,000,000 states against faiss-cpu on the same data
-  (recall of the exact neighbours, distance error, both times).
+- ``knn``: exact k-NN on the device at 65,536 and 1,000,000 states (faiss-gpu when it is installed
+  and sees the GPU, else the torch backend that pretraining then uses) against an exact CPU search
+  of the same data (faiss-cpu when installed, else the torch kernel on the CPU): recall of the
+  exact neighbours, distance error, both times.
 - ``mujoco_warp``: MuJoCo Warp Ant (CUDA graph capture) at 4,096 and 16,384 worlds: env-steps/s
   and the trajectories of the CPU backend from the same seed and actions, within tolerance.
+  Skipped with one line when ``warp`` / ``mujoco_warp`` cannot be imported.
 - ``cpo_finetune``: CPO finetuning initialised from the ``pretrain`` stage's run.
 - ``install_gpu``: ``make install-gpu`` into a fresh virtual environment in a temporary copy of the
-  source tree; faiss must see the GPU afterwards.
+  source tree; faiss must see the GPU afterwards. Skipped with ``--offline`` (the check of an
+  offline node, ``scripts/gpu-check.sh``), since it installs from the package index.
 
 Results go to ``benchmarks/results/gpu-<device name>.json``: per stage its status, seconds,
-figures and error. The exit code is 1 when any stage failed. Without a CUDA device the command
+figures and error; a skipped stage is recorded with its reason and does not fail the check. The
+exit code is 1 when any stage failed. Without a CUDA device the command
 prints one line and exits 0. ``--device cpu --small`` runs the same stages on the CPU at small
 sizes, which checks the check itself (the tests do).
 """
@@ -24,6 +29,7 @@ sizes, which checks the check itself (the tests do).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -113,6 +119,11 @@ SMALL = Sizes(
 )
 
 
+class StageSkipped(Exception):
+    """A stage cannot run here (a package that does not travel, no network); the message says
+    why."""
+
+
 class StageFailed(Exception):
     """A stage ran but a check failed; ``figures`` are what it measured before failing."""
 
@@ -128,6 +139,7 @@ class Check:
     device: str
     sizes: Sizes
     workdir: Path
+    offline: bool = False
     pretrain_run: Path | None = None
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -173,6 +185,9 @@ def stage_cuda_tests(check: Check) -> dict[str, Any]:
         "no:cacheprovider",
         "-k",
         "cuda or warp",
+        # A test module that needs a package this machine lacks (an extra that does not travel
+        # in the offline bundle) is recorded as uncollected; the other modules still run.
+        "--continue-on-collection-errors",
         str(tests),
         f"--junitxml={report}",
     ]
@@ -198,12 +213,25 @@ def stage_cuda_tests(check: Check) -> dict[str, Any]:
 
 
 def junit_counts(path: Path) -> dict[str, Any]:
-    """Passed, failed and skipped tests of a JUnit XML report, with the failing test ids."""
-    passed, failures, skipped = 0, [], []
+    """Passed, failed and skipped tests of a JUnit XML report, with the failing test ids.
+
+    A module that could not be collected because a package is missing (``ModuleNotFoundError``)
+    is listed under ``uncollected`` with the package's name; any other collection error is a
+    failure.
+    """
+    passed, failures, skipped, uncollected = 0, [], [], []
     for case in ET.parse(path).getroot().iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
-        if case.find("failure") is not None or case.find("error") is not None:
-            failures.append(name)
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        if problem is not None:
+            text = (problem.text or "") + (problem.get("message") or "")
+            missing = re.search(r"ModuleNotFoundError: No module named '([\w.]+)'", text)
+            if not case.get("classname") and missing:
+                uncollected.append(f"{case.get('name', '')}: needs {missing.group(1)}")
+            else:
+                failures.append(name)
         elif (skip := case.find("skipped")) is not None:
             skipped.append(f"{name}: {skip.get('message', '')}")
         else:
@@ -214,6 +242,7 @@ def junit_counts(path: Path) -> dict[str, Any]:
         "skipped": len(skipped),
         "failures": failures[:10],
         "skip_reasons": skipped[:10],
+        "uncollected": uncollected,
     }
 
 
@@ -332,24 +361,37 @@ def exact_recall(found: torch.Tensor, exact: torch.Tensor) -> float:
     return float(hits.float().mean())
 
 
+def knn_backends() -> tuple[str, str]:
+    """``(device backend, CPU reference backend)`` of the k-NN stage: faiss where it is
+    installed (faiss-gpu on the device only when it sees a GPU), else the torch kernel, which
+    is what ``backend=auto`` searches with on a CUDA device without faiss-gpu."""
+    from myriad.entropy.knn import faiss_available, faiss_gpu_available
+
+    return (
+        "faiss" if faiss_gpu_available() else "torch",
+        "faiss" if faiss_available() else "torch",
+    )
+
+
 def stage_knn(check: Check) -> dict[str, Any]:
-    """faiss on the device (faiss-gpu on CUDA) against faiss-cpu on the same points."""
+    """Exact k-NN on the device against an exact CPU search of the same points."""
     from myriad.entropy.knn import faiss_gpu_available, knn
 
-    if check.cuda and not faiss_gpu_available():
-        raise StageFailed("faiss-gpu is not installed or sees no GPU: run make install-gpu", {})
     s = check.sizes
+    on_device, reference = knn_backends()
+    if not check.cuda:
+        on_device = reference  # the same search on the same device: the plumbing only
     gen = torch.Generator().manual_seed(0)
     runs, worst = [], 1.0
     for n in s.knn_states:
         for dim in s.knn_dims:
             points = torch.randn(n, dim, generator=gen)
-            on_device = points.to(check.device)
-            found, seconds = _timed(check, partial(knn, on_device, s.knn_k, backend="faiss"))
+            device_points = points.to(check.device)
+            found, seconds = _timed(check, partial(knn, device_points, s.knn_k, backend=on_device))
             queries = min(n, s.knn_reference_queries)
             start = time.perf_counter()
             # The reference set includes each query itself: ask for k + 1 and drop it by index.
-            ref = knn(points[:queries], s.knn_k + 1, points, backend="faiss")
+            ref = knn(points[:queries], s.knn_k + 1, points, backend=reference)
             cpu_seconds = time.perf_counter() - start
             own = torch.arange(queries).unsqueeze(1)
             keep = ref.indices != own
@@ -374,10 +416,16 @@ def stage_knn(check: Check) -> dict[str, Any]:
                     ),
                 }
             )
-    figures = {"faiss_gpu": faiss_gpu_available(), "runs": runs}
+    figures = {
+        "faiss_gpu": faiss_gpu_available(),
+        "device_backend": on_device,
+        "cpu_backend": reference,
+        "runs": runs,
+    }
     if worst < MIN_EXACT_RECALL:
         raise StageFailed(
-            f"device neighbours differ from faiss-cpu: recall {worst:.4f} < {MIN_EXACT_RECALL}",
+            f"device neighbours differ from the CPU reference: recall {worst:.4f} < "
+            f"{MIN_EXACT_RECALL}",
             figures,
         )
     return figures
@@ -421,6 +469,12 @@ def steps_per_second(check: Check, env: Any, seconds: float) -> float:
 
 def stage_mujoco_warp(check: Check) -> dict[str, Any]:
     """MuJoCo Warp Ant: throughput and agreement with the CPU backend."""
+    for package in ("warp", "mujoco_warp", "mujoco"):
+        if importlib.util.find_spec(package) is None:
+            raise StageSkipped(
+                f"{package} is not installed (pip install 'myriad-rl[warp]'; its wheel does not "
+                "travel in the offline bundle)"
+            )
     from myriad.envs import make
     from myriad.envs.mujoco.base import MujocoVecEnv
 
@@ -514,6 +568,8 @@ def source_copy(target: Path) -> Path:
 
 def stage_install_gpu(check: Check) -> dict[str, Any]:
     """``make install-gpu`` into a fresh venv in a copy of the source tree; faiss sees a GPU."""
+    if check.offline:
+        raise StageSkipped("--offline: make install-gpu installs from the package index")
     tree = source_copy(check.workdir / "install" / "src")
     venv = tree / ".venv"
     cmd = ["make", "install-gpu", f"PYTHON={sys.executable}", f"VENV={venv}"]
@@ -557,6 +613,8 @@ def run_stage(check: Check, name: str) -> dict[str, Any]:
     record: dict[str, Any] = {"status": "ok", "figures": {}, "error": None}
     try:
         record["figures"] = STAGE_FUNCTIONS[name](check)
+    except StageSkipped as exc:
+        record.update(status="skipped", error=str(exc))
     except StageFailed as exc:
         record.update(status="failed", figures=exc.figures, error=one_line(exc))
     except Exception as exc:  # any error of one stage is that stage's result
@@ -566,16 +624,18 @@ def run_stage(check: Check, name: str) -> dict[str, Any]:
     return record
 
 
-def run_check(device: str, sizes: Sizes, stages: list[str], workdir: Path) -> dict[str, Any]:
+def run_check(
+    device: str, sizes: Sizes, stages: list[str], workdir: Path, offline: bool = False
+) -> dict[str, Any]:
     """Run ``stages`` in order on ``device``; the JSON payload."""
-    check = Check(device, sizes, workdir)
+    check = Check(device, sizes, workdir, offline)
     load_start = [round(v, 2) for v in os.getloadavg()]
     started = time.perf_counter()
     for name in stages:
         record = run_stage(check, name)
         line = f"{name}: {record['status']} ({record['seconds']:.1f} s)"
         print(line if record["error"] is None else f"{line}: {record['error']}", flush=True)
-    failed = [n for n, r in check.results.items() if r["status"] != "ok"]
+    failed = [n for n, r in check.results.items() if r["status"] == "failed"]
     return {
         "benchmark": "gpu-check",
         "machine": machine_info(device),
@@ -583,6 +643,8 @@ def run_check(device: str, sizes: Sizes, stages: list[str], workdir: Path) -> di
         "sizes": asdict(sizes),
         "ok": not failed,
         "failed": failed,
+        "skipped": [n for n, r in check.results.items() if r["status"] == "skipped"],
+        "offline": offline,
         "seconds": time.perf_counter() - started,
         "stages": check.results,
     }
@@ -612,6 +674,11 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, help="JSON path (default benchmarks/results/gpu-<device name>.json)"
     )
     parser.add_argument("--keep", type=Path, help="keep the runs in this folder (default: removed)")
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="no package index: skip the stages that install packages (scripts/gpu-check.sh)",
+    )
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("myriad bench gpu: no CUDA device on this machine, nothing to check")
@@ -619,10 +686,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = SMALL if args.small else Sizes()
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
-        payload = run_check(args.device, sizes, args.stages, args.keep)
+        payload = run_check(args.device, sizes, args.stages, args.keep, args.offline)
     else:
         with tempfile.TemporaryDirectory(prefix="myriad-gpu-check-") as tmp:
-            payload = run_check(args.device, sizes, args.stages, Path(tmp))
+            payload = run_check(args.device, sizes, args.stages, Path(tmp), args.offline)
     out = args.out or Path("benchmarks/results") / f"gpu-{device_slug(args.device)}.json"
     path = write_json(out, payload)
     verdict = "all stages passed" if payload["ok"] else f"failed: {', '.join(payload['failed'])}"

@@ -35,6 +35,7 @@ from myriad.distributed.shards import shard_seed, split_envs
 from myriad.distributed.worker import EnvWorker, WorkerStateLost
 from myriad.envs.base import StepResult, VecEnv, validate_actions
 from myriad.utils.optional import require
+from myriad.utils.tensors import resolve_device
 
 if TYPE_CHECKING:
     from myriad.envs.gymnasium import VecEnvToGymnasium
@@ -127,7 +128,7 @@ class RemoteVecEnv(VecEnv):
         self.slices = split_envs(int(num_envs), int(num_workers))
         self.num_envs = int(num_envs)
         self.num_workers = len(self.slices)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.name = env
         self.env_options = dict(env_options or {})
         self.max_restarts = int(max_restarts)

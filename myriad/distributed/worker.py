@@ -30,6 +30,7 @@ from myriad.distributed.policy import (
 from myriad.distributed.shards import POLICY_STREAM, derive_seed
 from myriad.envs.registry import make
 from myriad.utils.seeding import make_generator
+from myriad.utils.tensors import resolve_device
 
 
 class WorkerStateLost(RuntimeError):
@@ -90,7 +91,7 @@ class EnvWorker:
     ) -> None:
         torch.set_num_threads(max(1, int(num_threads)))
         self.shard = shard
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.env = make(env, num_envs, self.device, **(env_options or {}))
         self.num_envs = self.env.num_envs
         self.steps = 0

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from myriad.entropy.knn import GroupLayout, check_points
+from myriad.utils.tensors import resolve_device
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ class CoverageTracker:
     ) -> None:
         self.grid = grid
         self.num_members = int(num_members)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.cells = tuple(int(c) for c in grid.cells)
         # A copy: the grid of a remote env arrives as a read-only array.
         self.reachable = (

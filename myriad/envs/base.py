@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from myriad.utils.seeding import make_generator
+from myriad.utils.tensors import resolve_device
 
 StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
 
@@ -290,7 +291,7 @@ class TensorVecEnv(VecEnv):
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.num_envs = int(num_envs)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.validate = validate
         self.generator = make_generator(0, self.device)
         self.episode = EpisodeStats(self.num_envs, self.device)

@@ -20,6 +20,7 @@ from gymnasium.vector.utils import batch_space
 
 from myriad.envs.base import EpisodeStats, FeatureSpec, StepResult, VecEnv, validate_actions
 from myriad.envs.registry import register
+from myriad.utils.tensors import resolve_device
 
 
 class GymnasiumVecEnv(VecEnv):
@@ -60,7 +61,7 @@ class GymnasiumVecEnv(VecEnv):
             raise ValueError(f"GymnasiumVecEnv needs a flat Box action space, got {act_space}")
         self.env = env
         self.num_envs = env.num_envs
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.single_observation_space = gym.spaces.Box(
             obs_space.low.astype(np.float32), obs_space.high.astype(np.float32), dtype=np.float32
         )

@@ -209,9 +209,10 @@ class EntropyMeasurement:
         The entropies are :func:`myriad.entropy.population_entropy_from_distances` of the scaled
         features, shifted by ``log_scale`` to the raw features' scale."""
         x = env_major(features)
+        # The statistics follow the features' device (a checkpoint loads them on the CPU).
+        self.normalizer.to(x.device)
         if update:
             self.normalizer.update(x)
-        self.normalizer.to(x.device)
         scaled = self.normalizer.scale(x).contiguous()
         k, m = self.k, self.num_members
         log_scale = float(torch.log(self.normalizer.std).sum())

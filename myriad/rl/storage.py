@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from myriad.rl.gae import compute_gae
+from myriad.utils.tensors import resolve_device
 
 # Whole rows of these sizes (in bytes) are gathered as single elements of this dtype.
 _ROW_DTYPES = {8: torch.int64, 16: torch.complex128}
@@ -117,7 +118,7 @@ class RolloutStorage:
     ) -> None:
         if num_steps < 1:
             raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-        self.device = torch.device(device) if device is not None else member.device
+        self.device = resolve_device(device) if device is not None else member.device
         self.member = member.to(self.device, torch.long)
         self.num_steps = int(num_steps)
         self.num_envs = int(self.member.shape[0])

@@ -17,3 +17,17 @@ def member_rows(values: torch.Tensor, member: torch.Tensor | int) -> torch.Tenso
     if isinstance(member, torch.Tensor) and member.ndim == 1:
         return values.index_select(0, member)
     return values[member]
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """``device`` with its index made explicit: ``"cuda"`` is the current CUDA device,
+    ``cuda:N``.
+
+    Tensors always carry an indexed device (``x.cuda().device`` is ``cuda:0``), and
+    ``torch.device("cuda") != torch.device("cuda:0")``: an object that keeps the unindexed form
+    and compares it with its inputs' devices would refuse its own tensors.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device

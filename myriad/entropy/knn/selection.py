@@ -14,6 +14,12 @@ KDTREE_MAX_DIM = 6
 KDTREE_EXACT_MAX_DIM = 8
 #: Up to this many query-reference pairs exact brute force costs under ~0.6 CPU-s: keep it exact.
 EXACT_MAX_PAIRS = 2**28
+#: CUDA without faiss-gpu: above this many query-reference pairs, low-dimensional searches go to
+#: the kd-tree on the host. The torch kernel's brute force took 0.15 s for 65,536 self-queried
+#: 2-D states (2^32 pairs) and 24 s for 1,000,000 (2^40) on an H100
+#: (benchmarks/results/gpu-nvidia-h100-80gb-hbm3.json); the final evaluation of a pretraining
+#: run at 16,384 envs holds 6.5M states, which brute force does not finish in minutes.
+CUDA_BRUTE_FORCE_MAX_PAIRS = 2**32
 #: Per-group search in high dimension on CPU: the batched block-diagonal torch kernel matches or
 #: beats one faiss call per group up to this group size (and avoids a Python loop).
 TORCH_GROUP_MAX_SIZE = 4096
@@ -49,7 +55,9 @@ def select_backend(
 
     Rule (measurements in docs/entropy.md):
 
-    - CUDA: ``"faiss"`` (GPU brute force) when faiss-gpu sees a GPU, else ``"torch"``.
+    - CUDA: ``"faiss"`` (GPU brute force) when faiss-gpu sees a GPU; else ``"torch"``, except
+      ``dim <= KDTREE_MAX_DIM`` searches of more than ``CUDA_BRUTE_FORCE_MAX_PAIRS`` pairs, which
+      go to ``"kdtree"`` (a copy to the host and back).
     - CPU, ``dim <= KDTREE_MAX_DIM`` (6): ``"kdtree"``.
     - CPU, ``n_query * n_ref <= EXACT_MAX_PAIRS`` (2^28): exact, ``"kdtree"`` up to
       ``KDTREE_EXACT_MAX_DIM`` (8), else ``"faiss"``.
@@ -65,7 +73,10 @@ def select_backend(
     """
     device = torch.device(device)
     if device.type == "cuda":
-        return "faiss" if faiss_gpu_available() else "torch"
+        if faiss_gpu_available():
+            return "faiss"
+        large = n_query * n_ref > CUDA_BRUTE_FORCE_MAX_PAIRS
+        return "kdtree" if large and dim <= KDTREE_MAX_DIM else "torch"
     if device.type != "cpu":
         return "torch"
     if dim <= KDTREE_MAX_DIM:
@@ -89,9 +100,11 @@ def select_grouped_backend(
     ``max_group_size`` points: :func:`select_backend` on that group, except that the batched
     block-diagonal torch kernel replaces one faiss call per group on CPU for groups up to
     ``TORCH_GROUP_MAX_SIZE`` (4096) points (measured), and always on CUDA (one batched kernel
-    instead of M launches; not measured here, see docs/entropy.md)."""
+    instead of M launches; not measured here, see docs/entropy.md) unless :func:`select_backend`
+    sends a group of that size to the host's kd-tree."""
     if torch.device(device).type == "cuda":
-        return "torch"
+        single = select_backend(max_group_size, max_group_size, dim, device)
+        return "kdtree" if single == "kdtree" else "torch"
     backend = select_backend(
         max_group_size, max_group_size, dim, device, allow_approximate=allow_approximate
     )

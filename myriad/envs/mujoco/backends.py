@@ -28,6 +28,8 @@ import mujoco
 import numpy as np
 import torch
 
+from myriad.utils.tensors import resolve_device
+
 BACKENDS: tuple[str, ...] = ("mujoco", "warp")
 
 # Per-environment shape of each readable field, from the model's sizes.
@@ -80,7 +82,7 @@ class PhysicsBackend(abc.ABC):
         self.model = model
         self.num_envs = int(num_envs)
         self.frame_skip = int(frame_skip)
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.dtype = dtype
         self.fields = _check_fields(fields)
 
