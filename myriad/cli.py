@@ -247,7 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="finetune a leader and followers on a task reward (cpo, sapg, ppo, pbt); "
         "arguments are Hydra overrides (task=dense algo.kl_preset=high ...)",
     )
-    fine.add_argument("--algo", help="cpo | sapg | ppo | pbt (default: cpo)")
+    fine.add_argument(
+        "--algo",
+        help="cpo | sapg | ppo | pbt, or a preset such as cpo_paper (default: cpo)",
+    )
     fine.add_argument(
         "--init", metavar="RUN_OR_CHECKPOINT", help="start from a pretrained population"
     )

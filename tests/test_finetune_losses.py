@@ -321,9 +321,16 @@ def test_awac_term_pairs_each_follower_with_its_weights():
 
 def test_cpo_awac_weights_from_follower_critics():
     model = tiny_model()
-    algo = CPO(model, PPOConfig(gamma=0.5), cpo=CPOConfig(adversarial=False, awac_temperature=0.5))
+    # Raw advantages: the weights of the normalised ones are checked in test_cpo_fidelity.py.
+    algo = CPO(
+        model,
+        PPOConfig(gamma=0.5),
+        SAPGConfig(advantages="separate"),
+        CPOConfig(adversarial=False, awac_temperature=0.5),
+    )
     storage = _storage([1, 0, 0, 1])
     algo.prepare(storage)
+    algo.plan_minibatches(storage, [storage.minibatch_indices(1, True, None)])
     leader_envs = [1, 2]
     obs = storage.obs[:, leader_envs].reshape(-1, 3)
     next_obs = storage.extras["next_obs"][:, leader_envs].reshape(-1, 3)

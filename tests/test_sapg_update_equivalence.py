@@ -60,7 +60,9 @@ def setup(
         model,
         # A fixed rate: the adaptive one branches on each minibatch's KL.
         PPOConfig(schedule="fixed", lr=1e-3, epochs=2, minibatches=2),
-        SAPGConfig(off_policy_value=fit_value, off_policy_ratio=ratio),
+        # Separate normalisation: the augmented moments pool the advantages of the rows each
+        # path reads, which differ by construction (the planned rows or every follower row).
+        SAPGConfig(off_policy_value=fit_value, off_policy_ratio=ratio, advantages="separate"),
         generator=make_generator(seed + 1, "cpu"),
     )
     collector = RolloutCollector(

@@ -21,7 +21,7 @@ from myriad.finetune.pbt import PBT, PBTConfig
 from myriad.finetune.sapg import SAPG, SAPGConfig
 from myriad.nn.population import PopulationActorCritic
 from myriad.rl.ppo import PPOConfig, ppo_config
-from myriad.utils.config import ConfigError
+from myriad.utils.config import ConfigError, config_dir
 from myriad.utils.seeding import make_generator, stream_seed
 from myriad.utils.settings import field_names, from_config
 
@@ -102,6 +102,19 @@ def check_algorithm(name: str) -> str:
     """
     if name not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)}")
+    return name
+
+
+def check_algorithm_config(name: str) -> str:
+    """``name`` if it is an algorithm or one of the presets of ``configs/algo`` (a file whose
+    ``algo.name`` is the algorithm, e.g. ``cpo_paper_shadowhand``).
+
+    Raises:
+        ConfigError: no such file (the message lists them).
+    """
+    options = sorted(p.stem for p in (config_dir() / "algo").glob("*.yaml"))
+    if name not in options:
+        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(options)}")
     return name
 
 

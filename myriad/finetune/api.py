@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from myriad.finetune.algorithms import check_algorithm
+from myriad.finetune.algorithms import check_algorithm, check_algorithm_config
 from myriad.finetune.cpo import choose_coupling_mode
 from myriad.finetune.init import init_config
 from myriad.nn.population import check_population
@@ -71,7 +71,7 @@ def resolve_config(
     if algo is not None and given is not None and given != algo:
         raise ConfigError(f"--algo {algo} contradicts the override algo={given}")
     chosen = algo or given
-    name = check_algorithm(chosen) if chosen else None
+    name = check_algorithm_config(chosen) if chosen else None
     rest = [o for o in overrides if _algo_override([o]) is None]
     cfg = compose("finetune", ([f"algo={name}"] if name else []) + rest)
     check_algorithm(str(cfg["algo"]["name"]))

@@ -168,6 +168,15 @@ class AWACPullTerm:
         self.leader = leader
         self.member_scale = member_scale
 
+    def augmented_rows(self, batch: Batch) -> float | torch.Tensor:
+        """How many rows the pull adds to the augmented minibatch: one copy of the leader's
+        rows per follower."""
+        rows = leader_rows(batch, self.leader)
+        followers = batch.num_members - 1
+        if rows.weight is not None:
+            return rows.weight.sum() * followers
+        return float(rows.take(batch.member).shape[0] * followers)
+
     def __call__(
         self, algorithm: PPO, batch: Batch, evaluation: Evaluation
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -270,6 +279,8 @@ class CPO(SAPG):
             self.initial_kl_coef = float(self.setpoint.kl_coef[0])
         self._sync_coefficients()
         self.coupling_stats: dict[str, float] = {}
+        #: The members' one-step advantages of the leader's steps during an update ``[M, N_L]``.
+        self._awac_advantage: torch.Tensor | None = None
 
     def _targets(self, num_followers: int) -> list[float]:
         """The KL target of every follower.
@@ -322,8 +333,25 @@ class CPO(SAPG):
         super().prepare(storage)
         if self.cpo.kl_penalty:
             self._leader_log_probs(storage)
-        if self.cpo.awac:
-            self._awac_weights(storage)
+        self._awac_advantage = self._awac_advantages(storage) if self.cpo.awac else None
+
+    def advantage_groups(
+        self, storage: RolloutStorage, planned: torch.Tensor | None, epochs: int
+    ) -> list[tuple[torch.Tensor, float]]:
+        """SAPG's groups and the followers' one-step advantages of the leader's steps: each
+        follower adds a copy of the leader's rows to the augmented batch (its AWAC rows)."""
+        groups = super().advantage_groups(storage, planned, epochs)
+        if self._awac_advantage is not None:
+            follower = self._awac_advantage.index_select(0, self.follower_index).reshape(-1)
+            groups.append((follower, float(follower.shape[0])))
+        return groups
+
+    def plan_minibatches(self, storage: RolloutStorage, epochs: list[list[torch.Tensor]]) -> None:
+        """SAPG's plan, then the AWAC weights, normalised with the update's advantage moments
+        when there are any."""
+        super().plan_minibatches(storage, epochs)
+        if self._awac_advantage is not None:
+            self._write_awac_weights(storage, self._awac_advantage)
 
     @torch.no_grad()
     def _leader_log_probs(self, storage: RolloutStorage) -> None:
@@ -333,9 +361,9 @@ class CPO(SAPG):
         ensure_field(storage, "leader_log_prob").view(-1).copy_(log_prob)
 
     @torch.no_grad()
-    def _awac_weights(self, storage: RolloutStorage) -> None:
-        """Every member's clipped exponentiated one-step advantage on the leader's steps."""
-        m = self.model.num_members
+    def _awac_advantages(self, storage: RolloutStorage) -> torch.Tensor:
+        """``[M, T * E_L]``: every member's one-step TD advantage of the leader's steps (its own
+        critic on the leader's transitions), time-major over the leader's ``E_L`` envs."""
         envs = self._leader_envs(storage)
         t, n_env = storage.num_steps, envs.shape[0]
         obs_all, next_all = transitions(storage)
@@ -346,6 +374,18 @@ class CPO(SAPG):
         values = self._all_member_values(obs)
         next_values = self._all_member_values(next_obs)
         advantage, _ = one_step_td(rewards, values, next_values, terminated, self.config.gamma)
+        return advantage
+
+    @torch.no_grad()
+    def _write_awac_weights(self, storage: RolloutStorage, advantage: torch.Tensor) -> None:
+        """Every member's clipped exponentiated advantage ``[M, T * E_L]`` of the leader's
+        steps, into the storage's ``awac_weight`` field."""
+        m = self.model.num_members
+        envs = self._leader_envs(storage)
+        t, n_env = storage.num_steps, envs.shape[0]
+        if self.advantage_moments is not None:
+            mean, std = self.advantage_moments
+            advantage = (advantage - mean) / (std + 1e-8)
         weights = awac_weights(advantage, self.cpo.awac_temperature, self.cpo.awac_max_weight)
         field_ = ensure_field(storage, "awac_weight", (m,))
         field_[:, envs] = weights.t().reshape(t, n_env, m)

@@ -181,3 +181,36 @@ def sapg_entropy_coefficients(num_members: int, scale: float) -> torch.Tensor:
     follower, the more it explores.
     """
     return torch.linspace(0.5, 0.0, num_members).flip(0) * scale
+
+
+def pooled_moments(
+    groups: list[tuple[torch.Tensor, float]], eps: float = 1e-8
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and standard deviation of a batch made of several groups of rows, each group known
+    from a sample of its values and counted with its own number of rows.
+
+    SAPG's and CPO's authors normalise every advantage of an update with one mean and std over
+    the whole augmented batch (on-policy rows, the leader's off-policy rows, the followers'
+    AWAC rows; docs/algorithms.md §6-7). The groups' rows are not all materialised here (the
+    off-policy rows are a sample of the follower rows), so each group enters with its sample's
+    moments weighted by its row count in that batch.
+
+    Args:
+        groups: ``(values [n_g], count_g)``: a sample of the group's values and the number of
+            rows it has in the batch (> 0).
+        eps: floor of the returned std.
+
+    Returns:
+        ``(mean, std)`` scalars; ``std`` uses the divisor ``C - 1`` for ``C`` rows in all, as
+        ``torch.std`` does on the whole batch.
+    """
+    counts = torch.tensor([float(c) for _, c in groups], dtype=torch.float64)
+    means = torch.stack([v.detach().double().mean() for v, _ in groups])
+    variances = torch.stack([v.detach().double().var(unbiased=False) for v, _ in groups])
+    counts = counts.to(means.device)
+    total = counts.sum()
+    mean = (counts * means).sum() / total
+    second = (counts * (variances + (means - mean).square())).sum() / total
+    std = (second * total / (total - 1).clamp(min=1.0)).sqrt().clamp(min=eps)
+    dtype = groups[0][0].dtype
+    return mean.to(dtype), std.to(dtype)

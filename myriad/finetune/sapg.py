@@ -10,7 +10,7 @@ leader's critic, ``r + gamma * V_L(s') - V_L(s)``, whose target also trains that
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +21,7 @@ from myriad.finetune.losses import (
     effective_sample_size,
     normalize,
     one_step_td,
+    pooled_moments,
     sapg_entropy_coefficients,
 )
 from myriad.finetune.rows import Rows, follower_rows, leader_rows, sampled_follower_part
@@ -30,6 +31,8 @@ from myriad.rl.ppo import PPO, LossTerm, PPOConfig
 from myriad.rl.storage import Batch, RolloutStorage
 
 LEADER = 0
+WEIGHTINGS = ("rows", "terms")
+ADVANTAGE_MODES = ("augmented", "separate")
 
 
 def ensure_field(
@@ -157,19 +160,37 @@ class SAPGConfig:
         schedule_kl: the KL that drives the adaptive learning rate: ``"leader"`` (the leader's
             rows only, so followers pulled toward the leader do not throttle its learning
             rate) or ``"all"`` (every row, as in PPO).
+        weighting: ``"rows"``: the minibatch loss is one mean over every row of the augmented
+            minibatch (the members' own rows, the leader's off-policy rows, CPO's AWAC rows),
+            so each group weighs its share of the rows, as in the authors' code: at
+            ``off_policy_ratio=1`` the leader's off-policy rows weigh as much as its own.
+            ``"terms"``: each term is the mean over its own rows times its coefficient (the
+            off-policy term then weighs M times the leader's own PPO term).
+        advantages: ``"augmented"``: every advantage of an update (the members' GAE
+            advantages, the leader's one-step off-policy ones, CPO's AWAC ones) is normalised
+            with one mean and std over the augmented batch, once per update, as the authors
+            do. ``"separate"``: the on-policy rows per ``ppo.advantage_normalization``, the
+            off-policy rows per ``off_policy_normalize``, AWAC advantages raw.
     """
 
     entropy_scale: float = 0.01
     off_policy_coef: float = 1.0
-    off_policy_value: bool = False
+    off_policy_value: bool = True
     off_policy_ratio: float | None = 1.0
     off_policy_dual_clip: float | None = 3.0
     off_policy_normalize: bool = False
     schedule_kl: str = "leader"
+    weighting: str = "rows"
+    advantages: str = "augmented"
 
     def __post_init__(self) -> None:
-        if self.schedule_kl not in ("leader", "all"):
-            raise ValueError(f"schedule_kl must be 'leader' or 'all', got {self.schedule_kl!r}")
+        for name, value, allowed in (
+            ("schedule_kl", self.schedule_kl, ("leader", "all")),
+            ("weighting", self.weighting, WEIGHTINGS),
+            ("advantages", self.advantages, ADVANTAGE_MODES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
 
 class LeaderOffPolicyTerm:
@@ -220,6 +241,15 @@ class LeaderOffPolicyTerm:
         extras = batch.extras
         return rows.take(extras["leader_td_advantage"]), rows.take(extras["leader_td_target"])
 
+    def augmented_rows(self, batch: Batch) -> float | torch.Tensor:
+        """How many rows the term adds to the augmented minibatch: the follower rows it
+        reads (a count, or a sum of the row mask)."""
+        per_follower = self.per_follower(len(batch), batch.num_members)
+        rows = follower_rows(batch, self.leader, per_follower)
+        if rows.weight is not None:
+            return rows.weight.sum()
+        return float(rows.take(batch.member).shape[0])
+
     def per_follower(self, rows: int, num_members: int) -> int | None:
         """Follower rows the term reads per follower from a blocked minibatch of ``rows`` rows
         (None: all of them)."""
@@ -245,7 +275,10 @@ class LeaderOffPolicyTerm:
             else model.log_prob(obs, self.leader, actions)
         )
         advantages, target = self._td(batch, rows)
-        if self.normalize_advantages:
+        if algorithm.advantage_moments is not None:
+            mean, std = algorithm.advantage_moments
+            advantages = (advantages - mean) / (std + 1e-8)
+        elif self.normalize_advantages:
             advantages = normalize(advantages, rows.weight)
         surrogate = rows.mean(
             dual_clipped_surrogate(log_prob, behaviour, advantages, cfg.clip, self.dual_clip)
@@ -365,19 +398,61 @@ class SAPG(FinetuneAlgorithm):
         return self.sapg.off_policy_ratio is not None and member_major
 
     def plan_minibatches(self, storage: RolloutStorage, epochs: list[list[torch.Tensor]]) -> None:
-        """With sampled targets: those of every row the off-policy term will read."""
-        if not self.samples_leader_targets(storage):
-            return
-        m = self.model.num_members
-        parts = []
-        for index in (index for indices in epochs for index in indices):
-            per_follower = self.off_policy.per_follower(index.shape[0], m)
-            assert per_follower is not None  # off_policy_ratio is set
-            part = sampled_follower_part(index.shape[0], m, self.leader, per_follower, index.device)
-            parts.append(index.index_select(0, part))
-        self.off_policy.targets = SampledLeaderTargets(
-            self.model, self.leader, storage, self.config.gamma, torch.cat(parts)
-        )
+        """With sampled targets: those of every row the off-policy term will read. Then, with
+        ``advantages="augmented"``, the moments that normalise every advantage of the update."""
+        planned: torch.Tensor | None = None
+        if self.samples_leader_targets(storage):
+            m = self.model.num_members
+            parts = []
+            for index in (index for indices in epochs for index in indices):
+                per_follower = self.off_policy.per_follower(index.shape[0], m)
+                assert per_follower is not None  # off_policy_ratio is set
+                part = sampled_follower_part(
+                    index.shape[0], m, self.leader, per_follower, index.device
+                )
+                parts.append(index.index_select(0, part))
+            planned = torch.cat(parts)
+            self.off_policy.targets = SampledLeaderTargets(
+                self.model, self.leader, storage, self.config.gamma, planned
+            )
+        if self.sapg.advantages == "augmented":
+            groups = self.advantage_groups(storage, planned, len(epochs))
+            self.advantage_moments = pooled_moments(groups)
+
+    def advantage_groups(
+        self, storage: RolloutStorage, planned: torch.Tensor | None, epochs: int
+    ) -> list[tuple[torch.Tensor, float]]:
+        """The groups of advantages of the augmented batch, ``(sample, rows per pass)``: the
+        members' GAE advantages (every row) and the leader's one-step advantages of the
+        follower rows its off-policy loss reads (the planned rows, or every follower row)."""
+        on_policy = storage.advantages.reshape(-1)
+        groups = [(on_policy, float(on_policy.shape[0]))]
+        if self.off_policy.targets is not None and planned is not None:
+            groups.append((self.off_policy.targets.advantage[planned], planned.shape[0] / epochs))
+        else:
+            is_follower = (storage.member != self.leader).expand_as(storage.rewards).reshape(-1)
+            td = storage.extras["leader_td_advantage"].reshape(-1)[is_follower]
+            groups.append((td, float(td.shape[0])))
+        return groups
+
+    def combine(
+        self, batch: Batch, ppo: torch.Tensor, extras: Sequence[tuple[LossTerm, torch.Tensor]]
+    ) -> torch.Tensor:
+        """With ``weighting="rows"``: one mean over the augmented minibatch. Every term's loss
+        is a mean over its own rows; a term that adds rows (``augmented_rows``) enters with its
+        row count, any other as a per-row addition to the members' own rows."""
+        if self.sapg.weighting == "terms":
+            return super().combine(batch, ppo, extras)
+        own = float(len(batch))
+        total: float | torch.Tensor = own
+        weighted = ppo * own
+        for term, extra in extras:
+            rows = getattr(term, "augmented_rows", None)
+            n = own if rows is None else rows(batch)
+            if rows is not None:
+                total = total + n
+            weighted = weighted + extra * n
+        return weighted / total
 
     @torch.no_grad()
     def _store_leader_targets(self, storage: RolloutStorage) -> None:

@@ -150,6 +150,10 @@ class PPO:
         self.set_entropy_coef(self.config.entropy_coef)
         #: Value-normaliser (mean, std) of the rollout being learned from, set by prepare.
         self._behaviour_value_stats: tuple[torch.Tensor, torch.Tensor] | None = None
+        #: ``(mean, std)`` that normalise every advantage of the current update (scalars), when
+        #: an algorithm normalises them once per update (SAPG and CPO as their authors do);
+        #: None: ``advantage_normalization`` per minibatch.
+        self.advantage_moments: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -210,6 +214,7 @@ class PPO:
     def finish(self, storage: RolloutStorage) -> None:
         """After the epochs: observation statistics from the rollout just learned from."""
         self._behaviour_value_stats = None
+        self.advantage_moments = None
         if self.config.update_obs_norm:
             self.model.update_obs_norm(storage.obs)
 
@@ -217,7 +222,11 @@ class PPO:
         return self.model.evaluate(batch.obs, batch.member, batch.actions, blocked=batch.blocked)
 
     def advantages(self, batch: Batch) -> torch.Tensor:
-        """The advantages entering the surrogate, ``[B]`` (normalised as configured)."""
+        """The advantages entering the surrogate, ``[B]`` (normalised as configured, or with
+        :attr:`advantage_moments` when an algorithm set them for the whole update)."""
+        if self.advantage_moments is not None:
+            mean, std = self.advantage_moments
+            return (batch.advantages - mean) / (std + 1e-8)
         mode = self.config.advantage_normalization
         if mode == "none":
             return batch.advantages
@@ -312,12 +321,22 @@ class PPO:
         """Total minibatch loss and its detached scalar stats."""
         evaluation = self.evaluate(batch)
         loss, stats = self.ppo_loss(batch, evaluation)
+        extras = []
         for term in self.extra_terms:
             extra, extra_stats = term(self, batch, evaluation)
-            loss = loss + extra
+            extras.append((term, extra))
             stats.update(extra_stats)
+        loss = self.combine(batch, loss, extras)
         stats["loss"] = loss.detach()
         return loss, stats
+
+    def combine(
+        self, batch: Batch, ppo: torch.Tensor, extras: Sequence[tuple[LossTerm, torch.Tensor]]
+    ) -> torch.Tensor:
+        """The minibatch loss from the PPO terms and each extra term's loss: their sum here."""
+        for _, extra in extras:
+            ppo = ppo + extra
+        return ppo
 
     # ---------------------------------------------------------------- the loop
 
