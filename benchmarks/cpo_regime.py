@@ -1,0 +1,278 @@
+"""CPO, SAPG, PBT and PPO in the regime of the CPO paper: 6 blocks of 4,096 envs (24,576 envs;
+PPO gets all of them), horizon 16, one shared initialisation, the authors' loss form
+(``algo=cpo_paper`` / ``sapg_paper``), many seeds, IQM and 95% CIs (rliable).
+
+Runs are long (5x10^7 env steps each by default), so the script works run by run and picks up
+where it stopped:
+
+    # train (resumable: a finished run is skipped, an interrupted one resumes from its checkpoint)
+    python benchmarks/cpo_regime.py run --algos ppo,sapg,cpo,pbt --seeds 0-4
+    # the scale sweep: envs per block 64, 512, 4,096 at equal env steps
+    python benchmarks/cpo_regime.py run --envs-per-block 512 --env-steps 2e7
+    # aggregate whatever runs have finished into one JSON + PNG
+    python benchmarks/cpo_regime.py summarize benchmarks/results/cpo_regime/maze-far-b6x4096
+
+Each finished run writes ``<results>/<tag>/<algo>-seed<k>.json`` (its learning curve against env
+steps, final scores, wall time, the commit and the overrides it ran with); ``summarize`` writes
+``<tag>.json`` and ``<tag>.png`` beside the folder: per algorithm the IQM and mean of the final
+success rate, of the area under the success curve (sample efficiency) and of the env steps to 50%
+success, with 95% stratified bootstrap CIs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from seed_statistics import iqm_and_mean  # noqa: E402
+
+from myriad.bench.common import write_json  # noqa: E402
+from myriad.finetune.api import finetune  # noqa: E402
+from myriad.utils.checkpoint import load_checkpoint  # noqa: E402
+
+ALGOS = ("ppo", "sapg", "cpo", "pbt")
+#: The authors' PPO settings (docs/algorithms.md, "Paper presets"), shared by every algorithm so
+#: that only the population machinery differs. PPO's 4 minibatches of a 16-step rollout of 24,576
+#: envs are their 98,304-row minibatches.
+PAPER_PPO = [
+    "ppo.epochs=5",
+    "ppo.lr=5.0e-4",
+    "ppo.clip=0.2",
+    "+ppo.value_clip=0.2",
+    "ppo.value_coef=2.0",
+    "ppo.desired_kl=0.016",
+    "ppo.max_lr=1.0e-2",
+    "ppo.max_grad_norm=1.0",
+]
+#: Per algorithm: the config and the overrides that put it in the regime.
+ALGO_OVERRIDES: dict[str, tuple[str, list[str]]] = {
+    "cpo": ("cpo_paper", []),
+    "sapg": ("sapg_paper", []),
+    "ppo": ("ppo", ["population.size=1", "ppo.minibatches=4", *PAPER_PPO]),
+    "pbt": ("pbt", ["population.size=6", "ppo.minibatches=4", *PAPER_PPO]),
+}
+TASKS: dict[str, list[str]] = {
+    # The maze's far goal with a sparse reward: +1 and the end of the episode on reaching it.
+    "maze-far": ["env=maze", "task=sparse"],
+    "three-routes": ["env=three_routes", "task=sparse"],
+}
+
+
+def seeds(text: str) -> list[int]:
+    """``0-4`` or ``0,2,5``."""
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_overrides(algo: str, seed: int, args: argparse.Namespace) -> tuple[str, list[str]]:
+    config, extra = ALGO_OVERRIDES[algo]
+    envs = args.blocks * args.envs_per_block
+    blocks = [] if algo == "ppo" else [f"population.size={args.blocks}"]
+    return config, [
+        *TASKS[args.task],
+        f"seed={seed}",
+        f"num_envs={envs}",
+        f"num_steps={args.horizon}",
+        f"iterations={iterations(args)}",
+        f"eval.every={args.eval_every}",
+        f"eval.episodes={args.eval_episodes}",
+        f"eval.final_episodes={args.eval_episodes}",
+        f"checkpoint_every={args.checkpoint_every}",
+        "keep_checkpoints=1",
+        "progress=false",
+        "plots=false",
+        "tensorboard=false",
+        *extra,
+        *blocks,
+        *args.overrides,
+    ]
+
+
+def iterations(args: argparse.Namespace) -> int:
+    per_iteration = args.blocks * args.envs_per_block * args.horizon
+    return max(1, round(args.env_steps / per_iteration))
+
+
+def tag(args: argparse.Namespace) -> str:
+    return f"{args.task}-b{args.blocks}x{args.envs_per_block}"
+
+
+def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
+    """Train (or finish) one run and write its record; the record's path."""
+    out = args.results / tag(args) / f"{algo}-seed{seed}.json"
+    if out.exists():
+        print(f"{out} exists: skipped", flush=True)
+        return out
+    folder = args.workdir / tag(args) / f"{algo}-seed{seed}"
+    config, overrides = run_overrides(algo, seed, args)
+    started = time.perf_counter()
+    resume = (
+        folder
+        if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").glob("*.pt"))
+        else None
+    )
+    summary = finetune(
+        None if resume else config,
+        [] if resume else overrides,
+        resume=resume,
+        run_dir=None if resume else folder,
+        quiet=True,
+        overwrite=resume is None and folder.exists(),
+    )
+    history = load_checkpoint(summary["checkpoint"])["logger"]["history"]
+    per_iteration = args.blocks * args.envs_per_block * args.horizon
+    curve = {
+        metric: [
+            (int(step) * per_iteration, float(value))
+            for step, value in history.get(f"eval/leader_{metric}", [])
+        ]
+        for metric in ("success", "return")
+    }
+    final = summary.get("final_eval") or {}
+    success = [v for _, v in curve["success"]]
+    budget = iterations(args) * per_iteration
+    reached = [s for s, v in curve["success"] if v >= 0.5]
+    record = {
+        "benchmark": "cpo_regime",
+        "algo": algo,
+        "config": config,
+        "seed": seed,
+        "task": args.task,
+        "blocks": args.blocks,
+        "envs_per_block": args.envs_per_block,
+        "num_envs": args.blocks * args.envs_per_block,
+        "horizon": args.horizon,
+        "env_steps": budget,
+        "overrides": overrides,
+        "commit": commit(),
+        "curve": curve,
+        "final_success": float(final.get("eval/leader_success", success[-1] if success else 0.0)),
+        "final_return": float(final.get("eval/leader_return", 0.0)),
+        "auc_success": float(np.mean(success)) if success else 0.0,
+        "steps_to_half": reached[0] if reached else budget,
+        "steps_per_second": summary.get("steps_per_second"),
+        "wall_s_this_process": time.perf_counter() - started,
+        "resumed": resume is not None,
+    }
+    write_json(out, record)
+    print(
+        f"{algo} seed {seed}: final success {record['final_success']:.3f}, "
+        f"auc {record['auc_success']:.3f} -> {out}",
+        flush=True,
+    )
+    return out
+
+
+def summarize(folder: Path, reps: int) -> dict[str, Any]:
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("*-seed*.json"))]
+    if not records:
+        raise SystemExit(f"no finished runs in {folder}")
+    algos = [a for a in ALGOS if any(r["algo"] == a for r in records)]
+    out: dict[str, Any] = {
+        "benchmark": "cpo_regime",
+        "folder": str(folder),
+        "runs": {a: sorted(r["seed"] for r in records if r["algo"] == a) for a in algos},
+        "env_steps": sorted({r["env_steps"] for r in records}),
+        "num_envs": sorted({r["num_envs"] for r in records}),
+        "commits": sorted({r["commit"] for r in records}),
+    }
+    for metric in ("final_success", "auc_success", "steps_to_half", "final_return"):
+        scores = {
+            a: np.array([[r[metric]] for r in records if r["algo"] == a], dtype=float)
+            for a in algos
+        }
+        out[metric] = iqm_and_mean(scores, reps)
+    out["curves"] = {a: [r["curve"]["success"] for r in records if r["algo"] == a] for a in algos}
+    path = write_json(folder.with_suffix(".json"), out)
+    plot(out, folder.with_suffix(".png"))
+    print(f"wrote {path}")
+    return out
+
+
+def plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 4))
+    for algo, curves in summary["curves"].items():
+        if not curves or not curves[0]:
+            continue
+        steps = np.array([s for s, _ in curves[0]], dtype=float)
+        n = min(len(c) for c in curves)
+        values = np.array([[v for _, v in c[:n]] for c in curves])
+        ax.plot(steps[:n], values.mean(axis=0), label=f"{algo} ({len(curves)} seeds)")
+        ax.fill_between(steps[:n], values.min(axis=0), values.max(axis=0), alpha=0.2)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("leader success (deterministic)")
+    ax.legend()
+    final = summary["final_success"]
+    names = list(final)
+    iqm = [final[a]["iqm"] for a in names]
+    low = [final[a]["iqm"] - final[a]["iqm_ci95"][0] for a in names]
+    high = [final[a]["iqm_ci95"][1] - final[a]["iqm"] for a in names]
+    bars.bar(names, iqm, yerr=[low, high], capsize=4)
+    bars.set_ylabel("final success, IQM and 95% CI")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train the runs that have no record yet")
+    run.add_argument("--task", choices=sorted(TASKS), default="maze-far")
+    run.add_argument("--algos", default=",".join(ALGOS))
+    run.add_argument("--seeds", type=seeds, default=seeds("0-4"))
+    run.add_argument("--blocks", type=int, default=6)
+    run.add_argument("--envs-per-block", type=int, default=4096)
+    run.add_argument("--horizon", type=int, default=16)
+    run.add_argument("--env-steps", type=float, default=5e7)
+    run.add_argument("--eval-every", type=int, default=16, help="iterations between evaluations")
+    run.add_argument("--eval-episodes", type=int, default=64)
+    run.add_argument("--checkpoint-every", type=int, default=8)
+    run.add_argument("--workdir", type=Path, default=Path("runs/bench/cpo_regime"))
+    run.add_argument("--results", type=Path, default=Path("benchmarks/results/cpo_regime"))
+    run.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
+    agg = sub.add_parser("summarize", help="aggregate the finished runs of one folder")
+    agg.add_argument("folder", type=Path)
+    agg.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    args = parser.parse_args(argv)
+    if args.command == "summarize":
+        summarize(args.folder, args.reps)
+        return 0
+    algos = [a.strip() for a in args.algos.split(",")]
+    unknown = [a for a in algos if a not in ALGOS]
+    if unknown:
+        parser.error(f"unknown algorithm(s) {unknown}; choose from {', '.join(ALGOS)}")
+    # Seed-major: the first seed of every algorithm before the second of any, so a partial
+    # sweep compares like with like.
+    for seed in args.seeds:
+        for algo in algos:
+            run_one(algo, seed, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
