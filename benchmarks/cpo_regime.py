@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seed_statistics import iqm_and_mean  # noqa: E402
+from seed_statistics import iqm_and_mean
 
-from myriad.bench.common import write_json  # noqa: E402
-from myriad.finetune.api import finetune  # noqa: E402
-from myriad.utils.checkpoint import load_checkpoint  # noqa: E402
+from myriad.bench.common import write_json
+from myriad.finetune.api import finetune
+from myriad.utils.checkpoint import load_checkpoint
 
 ALGOS = ("ppo", "sapg", "cpo", "pbt")
 #: The authors' PPO settings (docs/algorithms.md, "Paper presets"), shared by every algorithm so
