@@ -9,6 +9,11 @@ where it stopped:
     python benchmarks/cpo_regime.py run --algos ppo,sapg,cpo,pbt --seeds 0-4
     # the scale sweep: envs per block 64, 512, 4,096 at equal env steps
     python benchmarks/cpo_regime.py run --envs-per-block 512 --env-steps 2e7
+    # the two-stage recipe, pretraining counted in the budget: K-Myriad in the same regime, then
+    # CPO from it with the rest of the env steps
+    python benchmarks/cpo_regime.py pretrain --seeds 0-4 --env-steps 1e7
+    python benchmarks/cpo_regime.py run --algos cpo,ppo \
+        --init-from runs/bench/cpo_regime/pretrain/maze-far-b6x4096-seed{seed}
     # aggregate whatever runs have finished into one JSON + PNG
     python benchmarks/cpo_regime.py summarize benchmarks/results/cpo_regime/maze-far-b6x4096
 
@@ -36,6 +41,7 @@ from seed_statistics import iqm_and_mean
 
 from myriad.bench.common import write_json
 from myriad.finetune.api import finetune
+from myriad.pretrain.api import pretrain
 from myriad.utils.checkpoint import load_checkpoint
 
 ALGOS = ("ppo", "sapg", "cpo", "pbt")
@@ -83,7 +89,9 @@ def commit() -> str:
         return "unknown"
 
 
-def run_overrides(algo: str, seed: int, args: argparse.Namespace) -> tuple[str, list[str]]:
+def run_overrides(
+    algo: str, seed: int, args: argparse.Namespace, pretrained_steps: int = 0
+) -> tuple[str, list[str]]:
     config, extra = ALGO_OVERRIDES[algo]
     envs = args.blocks * args.envs_per_block
     blocks = [] if algo == "ppo" else [f"population.size={args.blocks}"]
@@ -92,7 +100,7 @@ def run_overrides(algo: str, seed: int, args: argparse.Namespace) -> tuple[str, 
         f"seed={seed}",
         f"num_envs={envs}",
         f"num_steps={args.horizon}",
-        f"iterations={iterations(args)}",
+        f"iterations={iterations(args, pretrained_steps)}",
         f"eval.every={args.eval_every}",
         f"eval.episodes={args.eval_episodes}",
         f"eval.final_episodes={args.eval_episodes}",
@@ -107,13 +115,62 @@ def run_overrides(algo: str, seed: int, args: argparse.Namespace) -> tuple[str, 
     ]
 
 
-def iterations(args: argparse.Namespace) -> int:
+def iterations(args: argparse.Namespace, pretrained_steps: int = 0) -> int:
+    """Finetuning iterations: the env-step budget less the pretraining's."""
     per_iteration = args.blocks * args.envs_per_block * args.horizon
-    return max(1, round(args.env_steps / per_iteration))
+    return max(1, round((args.env_steps - pretrained_steps) / per_iteration))
 
 
 def tag(args: argparse.Namespace) -> str:
-    return f"{args.task}-b{args.blocks}x{args.envs_per_block}"
+    base = f"{args.task}-b{args.blocks}x{args.envs_per_block}"
+    return base + ("-kmyriad" if getattr(args, "init_from", None) else "")
+
+
+def init_run(args: argparse.Namespace, seed: int) -> tuple[Path | None, int]:
+    """The pretrained population a run starts from (``--init-from``, ``{seed}`` replaced) and
+    the env steps its pretraining took (0 without one)."""
+    if not args.init_from:
+        return None, 0
+    folder = Path(args.init_from.format(seed=seed))
+    summary = json.loads((folder / "summary.json").read_text())
+    return folder, int(summary["env_steps"])
+
+
+def pretrain_population(seed: int, args: argparse.Namespace) -> Path:
+    """K-Myriad pretraining in the regime (same envs, blocks and architecture as CPO's)."""
+    folder = (
+        args.workdir / "pretrain" / f"{args.task}-b{args.blocks}x{args.envs_per_block}-seed{seed}"
+    )
+    if (folder / "summary.json").exists():
+        print(f"{folder} is pretrained: skipped", flush=True)
+        return folder
+    per_iteration = args.blocks * args.envs_per_block * args.horizon
+    resume = folder if any((folder / "checkpoints").glob("*.pt")) else None
+    overrides = [
+        TASKS[args.task][0],
+        f"seed={seed}",
+        f"num_envs={args.blocks * args.envs_per_block}",
+        f"num_steps={args.horizon}",
+        f"iterations={max(1, round(args.env_steps / per_iteration))}",
+        f"population.size={args.blocks}",
+        "population.parameterization=embedding",
+        "population.embedding_dim=32",
+        f"checkpoint_every={args.checkpoint_every}",
+        "keep_checkpoints=1",
+        "progress=false",
+        "plots=false",
+        "dataset.enabled=false",
+        *args.overrides,
+    ]
+    summary = pretrain(
+        [] if resume else overrides,
+        resume=resume,
+        run_dir=None if resume else folder,
+        quiet=True,
+        overwrite=resume is None and folder.exists(),
+    )
+    print(f"pretrained seed {seed}: {summary.get('env_steps')} env steps -> {folder}", flush=True)
+    return folder
 
 
 def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
@@ -123,7 +180,8 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         print(f"{out} exists: skipped", flush=True)
         return out
     folder = args.workdir / tag(args) / f"{algo}-seed{seed}"
-    config, overrides = run_overrides(algo, seed, args)
+    init, pretrained_steps = init_run(args, seed)
+    config, overrides = run_overrides(algo, seed, args, pretrained_steps)
     started = time.perf_counter()
     resume = (
         folder
@@ -133,6 +191,7 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
     summary = finetune(
         None if resume else config,
         [] if resume else overrides,
+        init=None if resume else init,
         resume=resume,
         run_dir=None if resume else folder,
         quiet=True,
@@ -140,16 +199,17 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
     )
     history = load_checkpoint(summary["checkpoint"])["logger"]["history"]
     per_iteration = args.blocks * args.envs_per_block * args.horizon
+    # The x axis counts the pretraining's env steps too.
     curve = {
         metric: [
-            (int(step) * per_iteration, float(value))
+            (pretrained_steps + int(step) * per_iteration, float(value))
             for step, value in history.get(f"eval/leader_{metric}", [])
         ]
         for metric in ("success", "return")
     }
     final = summary.get("final_eval") or {}
     success = [v for _, v in curve["success"]]
-    budget = iterations(args) * per_iteration
+    budget = pretrained_steps + iterations(args, pretrained_steps) * per_iteration
     reached = [s for s, v in curve["success"] if v >= 0.5]
     record = {
         "benchmark": "cpo_regime",
@@ -162,6 +222,8 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         "num_envs": args.blocks * args.envs_per_block,
         "horizon": args.horizon,
         "env_steps": budget,
+        "pretrained_env_steps": pretrained_steps,
+        "init": str(init) if init else None,
         "overrides": overrides,
         "commit": commit(),
         "curve": curve,
@@ -254,13 +316,34 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--checkpoint-every", type=int, default=8)
     run.add_argument("--workdir", type=Path, default=Path("runs/bench/cpo_regime"))
     run.add_argument("--results", type=Path, default=Path("benchmarks/results/cpo_regime"))
+    run.add_argument(
+        "--init-from",
+        help="start from this pretrained run ({seed} is replaced); its env steps count",
+    )
     run.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
+    pre = sub.add_parser("pretrain", help="K-Myriad pretraining in the regime, one run per seed")
+    for name, kind, default in (
+        ("--task", str, "maze-far"),
+        ("--seeds", seeds, seeds("0-4")),
+        ("--blocks", int, 6),
+        ("--envs-per-block", int, 4096),
+        ("--horizon", int, 16),
+        ("--env-steps", float, 1e7),
+        ("--checkpoint-every", int, 8),
+        ("--workdir", Path, Path("runs/bench/cpo_regime")),
+    ):
+        pre.add_argument(name, type=kind, default=default)
+    pre.add_argument("overrides", nargs="*", help="extra Hydra overrides")
     agg = sub.add_parser("summarize", help="aggregate the finished runs of one folder")
     agg.add_argument("folder", type=Path)
     agg.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
     args = parser.parse_args(argv)
     if args.command == "summarize":
         summarize(args.folder, args.reps)
+        return 0
+    if args.command == "pretrain":
+        for seed in args.seeds:
+            pretrain_population(seed, args)
         return 0
     algos = [a.strip() for a in args.algos.split(",")]
     unknown = [a for a in algos if a not in ALGOS]
