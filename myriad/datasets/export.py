@@ -116,14 +116,14 @@ def export(
             dataset_id = dataset_id or default_dataset_id(src, spec)
         else:
             target = Path(out) if out is not None else default_out(src, fmt, members, task)
-        if target.resolve() == src.resolve():
-            raise ValueError(f"the output {target} is the source dataset")
         # Never a run's files, nor anything that exists (export has no --overwrite).
         claim_output(
             target / dataset_id if fmt == "minari" and dataset_id else target,
             "export",
             has_overwrite=False,
         )
+        if target.resolve() == src.resolve():
+            raise ValueError(f"the output {target} is the source dataset")
         writer = open_writer(fmt, target, out_spec, dataset_id=dataset_id, chunk_rows=chunk_rows)
         chunks = filter_members(reader.iter_chunks(chunk_rows), members)
         if task is not None:

@@ -72,7 +72,7 @@ def _hdf5(path: Path) -> Finding:
 def _zarr(path: Path) -> Finding:
     import zarr
 
-    from myriad.datasets.zarr_store import checksummed
+    from myriad.datasets.zarr_store import checksummed, missing_chunk
 
     try:
         root = zarr.open_group(path, mode="r")
@@ -85,22 +85,13 @@ def _zarr(path: Path) -> Finding:
             unchecked.append(name)
         n = int(array.shape[0])
         step = int(array.chunks[0])
-        stored = (
-            {p.name for p in (path / name / "c").glob("*")}
-            if (path / name / "c").is_dir()
-            else set()
-        )
-        for index, start in enumerate(range(0, n, step)):
-            if checksummed(array) and str(index) not in stored:
-                return Finding(
-                    path,
-                    "FAIL",
-                    f"{name} chunk {index} (rows {start}-{min(start + step, n) - 1}) is missing",
-                )
-            try:
-                read_zarr(array, start, min(start + step, n), path, name)
-            except CorruptDatasetError as exc:
-                return Finding(path, "FAIL", str(exc))
+        try:
+            if checksummed(array):
+                missing_chunk(path, name, array)
+            for begin in range(0, n, step):
+                read_zarr(array, begin, min(begin + step, n), path, name)
+        except CorruptDatasetError as exc:
+            return Finding(path, "FAIL", str(exc))
     if unchecked:
         return Finding(path, "unverified", f"no checksums in {', '.join(unchecked[:3])}")
     return Finding(path, "ok", f"{len(arrays)} arrays, every chunk checked (CRC32C)")

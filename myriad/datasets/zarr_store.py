@@ -24,14 +24,15 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.core.array_spec import ArrayConfig
 from zarr.codecs import BloscCodec, Crc32cCodec
+from zarr.core.array_spec import ArrayConfig
 
 from myriad import __version__
 from myriad.datasets.checksums import note_unverified, read_zarr
 from myriad.datasets.schema import (
     CHUNK_ROWS,
     ROW_KEYS,
+    CorruptDatasetError,
     DatasetSpec,
     DatasetWriteError,
     IncompleteDatasetError,
@@ -73,6 +74,23 @@ def _rows(array: zarr.Array, start: int | None = None, stop: int | None = None) 
     """Rows ``[start, stop)`` of ``array`` (zarr types a read as a scalar or an array); a chunk
     that fails its CRC32C check raises :class:`CorruptDatasetError` naming it."""
     return read_zarr(array, start, stop, str(array.store_path), array.path)
+
+
+def missing_chunk(path: Path, name: str, array: zarr.Array) -> None:
+    """Raise :class:`CorruptDatasetError` for the first chunk file of ``array`` (stored at
+    ``path / name``) that is missing: every chunk is written (:data:`_STORED`), and zarr would
+    read a missing one as fill values."""
+    rows = int(array.shape[0])
+    step = int(array.chunks[0])
+    folder = path / name / "c"
+    stored = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    for index in range(-(-rows // step)):
+        if str(index) not in stored:
+            last = min((index + 1) * step, rows) - 1
+            raise CorruptDatasetError(
+                f"{path}: {name} chunk {index} (rows {index * step}-{last}) is missing; restore "
+                "the store from a copy, or export it again"
+            )
 
 
 def checksummed(array: zarr.Array) -> bool:
@@ -233,6 +251,9 @@ class ZarrReader:
         self.arrays = {k: _array(data, k, self.path) for k in ROW_KEYS}
         if not all(checksummed(a) for a in self.arrays.values()):
             note_unverified(self.path, "has no chunk checksums (written by an older myriad)")
+        else:
+            for key, array in self.arrays.items():
+                missing_chunk(self.path, f"data/{key}", array)
         feature_names = attrs.get("feature_names", [])
         metadata = attrs.get("metadata", {})
         if not isinstance(feature_names, list) or not isinstance(metadata, dict):

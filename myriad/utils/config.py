@@ -200,6 +200,9 @@ def claim_folder(path: Path, overwrite: bool = False) -> Path:
     ``overwrite`` (then it must be a myriad run folder, and its content is deleted)."""
     import shutil
 
+    from myriad.utils.ownership import check_new_run_dir
+
+    check_new_run_dir(path)
     if path.exists() and not vacant(path):
         if not overwrite:
             raise RunFolderError(

@@ -150,6 +150,22 @@ def run_file_role(path: str | os.PathLike[str]) -> tuple[Path, str] | None:
     return None
 
 
+def check_new_run_dir(path: str | os.PathLike[str]) -> None:
+    """Refuse a new run's folder that lies inside another run's folder (its files would mix
+    with that run's, and ``--overwrite`` of either would take the other with it).
+
+    Raises:
+        OwnershipError: naming the run that holds ``path``.
+    """
+    target = Path(path).resolve()
+    run = _run_of(target.parent)
+    if run is not None:
+        raise OwnershipError(
+            f"{path} is inside the run {run}: a run folder never goes inside another run; "
+            "choose a --run-dir outside it"
+        )
+
+
 def claim_output(
     path: str | os.PathLike[str],
     command: str,
