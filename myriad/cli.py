@@ -309,14 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by what the user asked for or gave: one line that names the fix."""
     from myriad.datasets.recorder import DatasetStateError
-    from myriad.datasets.schema import (
-        CorruptDatasetError,
-        DatasetWriteError,
-        IncompleteDatasetError,
-    )
+    from myriad.datasets.schema import CorruptDatasetError, IncompleteDatasetError
     from myriad.envs.base import ActionError
     from myriad.envs.layout import LayoutError
-    from myriad.envs.registry import UnknownEnvError
+    from myriad.envs.registry import EnvOptionError, UnknownEnvError
     from myriad.rl.runner import RunWriteError
     from myriad.utils.checkpoint import CheckpointError, ConfigMismatchError
     from myriad.utils.config import ConfigError
@@ -324,6 +320,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     return (
         UnknownEnvError,
+        EnvOptionError,
         LayoutError,
         ActionError,
         MissingDependencyError,
@@ -333,7 +330,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ConfigMismatchError,
         CheckpointError,
         DatasetStateError,
-        DatasetWriteError,
         IncompleteDatasetError,
         CorruptDatasetError,
         RunWriteError,
@@ -355,11 +351,14 @@ def _os_error(exc: OSError, argv: list[str]) -> str:
     import errno
     import shlex
 
+    # A DatasetWriteError names its file in its message; its cause holds the errno.
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    code = exc.errno if exc.errno is not None else cause.errno
     where = f" {exc.filename}" if exc.filename else ""
     reason = exc.strerror or str(exc)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         fix = "free disk space (or raise the limit)"
-    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
         fix = "choose a folder you can write to or fix its permissions"
     else:
         fix = "check the path and the disk"

@@ -427,3 +427,27 @@ def test_saved_config_with_a_section_replaced_by_a_number(world, tmp_path, capsy
     code, err = run_cli(["pretrain", "--resume", str(run)], capsys)
     assert_one_line_error(code, err)
     assert str(config) in err and "ppo=5 must be a mapping" in err
+
+
+def test_full_disk_during_an_export_names_the_file_and_the_command(world, tmp_path):
+    """A write limit (what a full disk looks like to the writer) hit while exporting: one line
+    naming the failed write and the command to run again."""
+    import resource
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    out = tmp_path / "copy.hdf5"
+    args = ["export", str(world / "run"), "--format", "hdf5", "--out", str(out)]
+    child = subprocess.run(
+        [sys.executable, "-m", "myriad.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+    )
+    lines = child.stderr.strip().splitlines()
+    assert child.returncode == 1 and len(lines) == 1, child.stderr
+    assert str(tmp_path) in lines[0] and "then run: myriad export" in lines[0], lines[0]

@@ -166,8 +166,7 @@ class D4RLWriter:
             tmp.unlink(missing_ok=True)
             raise DatasetWriteError(
                 f"writing {self.path} failed ({exc}); all {self.rows} rows are kept in "
-                f"{self.tmp}. Free disk space and finish it with D4RLWriter(..., "
-                f"resume_rows={self.rows}).close()"
+                f"{self.tmp}"
             ) from exc
         fault_point("dataset.published")
         self.file.remove()

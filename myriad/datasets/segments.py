@@ -173,8 +173,7 @@ class RowSegments:
             except OSError as exc:
                 raise DatasetWriteError(
                     f"writing {n} rows to {self.folder} failed ({exc}); the {self.rows} rows "
-                    "written before are intact. Free disk space and append again (a training "
-                    "run: resume it from its last checkpoint)."
+                    "written before are intact"
                 ) from exc
             self._segments.append((segment, n))
         return n

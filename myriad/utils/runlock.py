@@ -37,6 +37,8 @@ class RunLock:
         self.path = Path(run_dir) / LOCK_NAME
         self.command = command
         self._fd: int | None = None
+        self._key = ""
+        self._nested: str | None = None
         #: The PID a stale lock file named when this process took it over (None: no stale lock).
         self.took_over: int | None = None
 
@@ -46,6 +48,11 @@ class RunLock:
         Raises:
             RunInUseError: another live process holds it (the message names its PID).
         """
+        key = str(self.path.resolve())
+        if key in _HELD:  # this process holds it already (report renders into its own run)
+            _HELD[key] += 1
+            self._nested = key
+            return self
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -65,11 +72,18 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self._fd = fd
+        _HELD[key] = 1
+        self._key = key
         return self
 
     def release(self) -> None:
         """Release the lock; the file stays (its content names the last holder)."""
+        if self._nested is not None:
+            _HELD[self._nested] -= 1
+            self._nested = None
+            return
         if self._fd is not None:
+            _HELD.pop(self._key, None)
             os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
@@ -85,6 +99,10 @@ class RunLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+#: Lock files this process holds, with how many :class:`RunLock` objects share each.
+_HELD: dict[str, int] = {}
 
 
 def _read(fd: int) -> dict[str, object]:

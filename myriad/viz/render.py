@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from myriad.nn.population import PopulationActorCritic
 from myriad.utils.checkpoint import atomic_write_text
 from myriad.utils.config import ConfigError, run_folder
 from myriad.utils.ownership import claim_output
+from myriad.utils.runlock import RunLock
 from myriad.viz.painters import make_painter
 from myriad.viz.rollout import Recording, record_episodes
 from myriad.viz.video import GridComposer, VideoWriter, check_format
@@ -221,9 +223,12 @@ def render_run(
         claim_output(
             out / name, "render", overwrite=overwrite, made_by_command=lambda p: p.name in ours
         )
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / RENDER_MARKER, json.dumps(sorted(ours | set(names))))
-    return render_population(pre.model, pre.env, out, **options)
+    # Into a run's folder only while no other process trains it.
+    inside = root.resolve() in (out.resolve(), *out.resolve().parents)
+    with RunLock(root, "render") if inside and (root / "config.yaml").is_file() else nullcontext():
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / RENDER_MARKER, json.dumps(sorted(ours | set(names))))
+        return render_population(pre.model, pre.env, out, **options)
 
 
 #: The list of the videos ``myriad render`` wrote into a folder: only those it replaces.

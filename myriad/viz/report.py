@@ -22,6 +22,7 @@ from myriad.utils.checkpoint import atomic_write_text
 from myriad.utils.config import load_run_config, run_folder
 from myriad.utils.digest import CONFIG_PREFIX, read_config_text, read_summary
 from myriad.utils.ownership import claim_output
+from myriad.utils.runlock import RunLock
 
 MIME = {".png": "image/png", ".gif": "image/gif", ".mp4": "video/mp4"}
 #: Training videos embedded at most (evenly spaced over the run, the last one included).
@@ -262,9 +263,11 @@ def write_report(
     grid, _, _ = _videos(run_dir / "videos")
     needs_videos = render and not grid
     needs_plots = behaviour and not (run_dir / "plots" / "behaviour_embedding.png").is_file()
-    if needs_videos or needs_plots:
-        _make_missing(run_dir, needs_videos, needs_plots, episodes, fmt, max_steps, device)
-    atomic_write_text(target, build_html(run_dir))
+    # Videos and plots go into the run: never while another process trains it.
+    with RunLock(run_dir, "report"):
+        if needs_videos or needs_plots:
+            _make_missing(run_dir, needs_videos, needs_plots, episodes, fmt, max_steps, device)
+        atomic_write_text(target, build_html(run_dir))
     return target
 
 
