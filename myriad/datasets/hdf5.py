@@ -165,8 +165,7 @@ class D4RLWriter:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise DatasetWriteError(
-                f"writing {self.path} failed ({exc}); all {self.rows} rows are kept in "
-                f"{self.tmp}"
+                f"writing {self.path} failed ({exc}); all {self.rows} rows are kept in {self.tmp}"
             ) from exc
         fault_point("dataset.published")
         self.file.remove()
