@@ -82,6 +82,8 @@ def missing_chunk(path: Path, name: str, array: zarr.Array) -> None:
     read a missing one as fill values."""
     rows = int(array.shape[0])
     step = int(array.chunks[0])
+    if 0 in array.shape[1:]:  # rows of width 0 (no features): zarr stores no chunk
+        return
     folder = path / name / "c"
     stored = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     for index in range(-(-rows // step)):
