@@ -373,15 +373,35 @@ def test_finetune_killed_during_init_ranking_is_continued_by_resume(world, tmp_p
     assert summary["iterations"] == 2 and summary["init"]["source"].startswith(source)
 
 
+HOLD_LOCK = """
+import sys
+from myriad.utils.runlock import RunLock
+with RunLock(sys.argv[1], "pretrain"):
+    print("locked", flush=True)
+    sys.stdin.read()
+"""
+
+
 def test_a_run_in_use_is_refused_and_a_stale_lock_taken_over(world, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(world / "run", run)
-    with RunLock(run, "pretrain"):
-        code, err = run_cli(["pretrain", "--resume", str(run)], capsys)
-        assert_one_line_error(code, err)
-        assert f"in use by process {os.getpid()}" in err
+    # Another process holds the lock until its stdin closes (a trigger, not a sleep).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        for args in (["pretrain", "--resume", str(run)], ["report", str(run), "--no-render"]):
+            code, err = run_cli(args, capsys)
+            assert_one_line_error(code, err)
+            assert f"in use by process {holder.pid}" in err, err
         with pytest.raises(RunInUseError):
             RunLock(run, "pretrain").acquire()
+    finally:
+        holder.communicate("")
     # A lock file left by a process that was killed: nobody holds it, so it is taken over.
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -451,3 +471,25 @@ def test_full_disk_during_an_export_names_the_file_and_the_command(world, tmp_pa
     lines = child.stderr.strip().splitlines()
     assert child.returncode == 1 and len(lines) == 1, child.stderr
     assert str(tmp_path) in lines[0] and "then run: myriad export" in lines[0], lines[0]
+
+
+def test_bench_json_never_lands_on_a_run_file(world):
+    from myriad.bench.common import write_json
+
+    before = snapshot(world / "run")
+    with pytest.raises(OwnershipError, match="summary of the run"):
+        write_json(world / "run" / "summary.json", {"x": 1})
+    assert snapshot(world / "run") == before
+
+
+def test_init_into_an_env_without_tasks_names_task_native(world, tmp_path, capsys):
+    pytest.importorskip("mujoco")
+    args = ["finetune", "--init", str(world / "run"), "env=ant", "--run-dir", str(tmp_path / "a")]
+    code, err = run_cli(args, capsys)
+    assert_one_line_error(code, err)
+    assert "task=native" in err and "Traceback" not in err
+    assert not (tmp_path / "a").exists()  # a refused start leaves no folder to trip over
+    args = [*args[:3], "env=ant", "task=native", "--run-dir", str(tmp_path / "a")]
+    code, err = run_cli(args, capsys)  # the spaces differ: refused after the config is written
+    assert_one_line_error(code, err)
+    assert "does not fit this task" in err and not (tmp_path / "a").exists()

@@ -38,7 +38,7 @@ from myriad.utils.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from myriad.utils.config import output_folder, release_folder
+from myriad.utils.config import LOCK_NAME, output_folder, release_folder
 from myriad.utils.digest import write_config_file
 from myriad.utils.faults import fault_point
 from myriad.utils.logging import ScalarLogger, to_float
@@ -382,8 +382,22 @@ def train_in_folder(
             if message is None:
                 raise
             raise RunWriteError(message) from exc
+        except Exception:
+            # A new run refused before it wrote anything but its config (an --init that does
+            # not fit, say) leaves no folder: the corrected command can use it again.
+            if resume is None and not _has_checkpoint(folder):
+                _forget_config(folder)
+            raise
     finally:
         lock.release()
+
+
+def _forget_config(folder: Path) -> None:
+    """Remove ``config.yaml`` and then the folder, when they are all a refused run wrote."""
+    ours = (folder / "config.yaml", folder / LOCK_NAME)
+    if not any(p.is_file() and p not in ours for p in folder.rglob("*")):
+        (folder / "config.yaml").unlink(missing_ok=True)
+        release_folder(folder)
 
 
 class RunWriteError(OSError):
