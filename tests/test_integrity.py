@@ -9,7 +9,6 @@ and checks that each is refused with the run unchanged (hashes before and after)
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import subprocess
