@@ -136,7 +136,13 @@ def run_file_role(path: str | os.PathLike[str]) -> tuple[Path, str] | None:
     """``(run folder, role)`` when ``path`` is, or lies inside, a protected file or folder of
     a run (:data:`PROTECTED_ROLES`), else None."""
     target = Path(path).resolve()
-    for run in filter(None, {_run_of(target), _run_of(target.parent)}):
+    # Every run folder above the path (runs made before nesting was refused may nest).
+    runs: list[Path] = []
+    while (found := _run_of(runs[-1].parent if runs else target)) is not None:
+        runs.append(found)
+        if found == found.parent:
+            break
+    for run in runs:
         try:
             paths = run_paths(run, _saved_config(run))
         except ConfigError:
