@@ -6,6 +6,7 @@ myriad bench envs|knn [...]      throughput benchmarks (JSON + table)
 myriad doctor                    installed components, faiss CPU/GPU, CUDA
 myriad export RUN --format F     convert a run's dataset (hdf5 | zarr | minari), streaming
 myriad dataset info|validate P   summarise or check a dataset of any format
+myriad dataset verify RUN        check every checksum of a run (or dataset); names the bad chunk
 myriad render RUN [--members]    videos of every member and of the population (RUN/videos)
 myriad report RUN                one self-contained HTML page of a run (RUN/report.html)
 """
@@ -193,6 +194,10 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
     from myriad.datasets import dataset_info, validate
     from myriad.datasets.inspection import info_text
 
+    if args.action == "verify":
+        from myriad.datasets.verify import verify_command
+
+        return verify_command(args.path)
     if args.action == "info":
         try:
             info = dataset_info(args.path)
@@ -288,8 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--chunk-rows", type=_positive_int, default=16384, help="rows per read/write (>= 1)"
     )
 
-    data = sub.add_parser("dataset", help="summarise (info) or check (validate) a dataset")
-    data.add_argument("action", choices=["info", "validate"])
+    data = sub.add_parser(
+        "dataset",
+        help="summarise (info) or check (validate) a dataset; verify every checksum of a run",
+    )
+    data.add_argument("action", choices=["info", "validate", "verify"])
     data.add_argument("path", metavar="PATH", help="dataset (hdf5 | zarr | minari) or run folder")
     data.add_argument("--json", action="store_true", help="info as JSON")
 
@@ -304,16 +312,18 @@ def build_parser() -> argparse.ArgumentParser:
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by what the user asked for or gave: one line that names the fix."""
     from myriad.datasets.recorder import DatasetStateError
-    from myriad.datasets.schema import DatasetWriteError, IncompleteDatasetError
+    from myriad.datasets.schema import CorruptDatasetError, IncompleteDatasetError
     from myriad.envs.base import ActionError
     from myriad.envs.layout import LayoutError
-    from myriad.envs.registry import UnknownEnvError
+    from myriad.envs.registry import EnvOptionError, UnknownEnvError
+    from myriad.rl.runner import RunWriteError
     from myriad.utils.checkpoint import CheckpointError, ConfigMismatchError
     from myriad.utils.config import ConfigError
     from myriad.utils.optional import MissingDependencyError
 
     return (
         UnknownEnvError,
+        EnvOptionError,
         LayoutError,
         ActionError,
         MissingDependencyError,
@@ -323,8 +333,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ConfigMismatchError,
         CheckpointError,
         DatasetStateError,
-        DatasetWriteError,
         IncompleteDatasetError,
+        CorruptDatasetError,
+        RunWriteError,
         argparse.ArgumentTypeError,
     )
 
@@ -337,19 +348,25 @@ def _error(exc: BaseException | str, status: int = 2) -> int:
     return status
 
 
-def _os_error(exc: OSError) -> str:
-    """A failed read or write in words: what, where, and what to do."""
+def _os_error(exc: OSError, argv: list[str]) -> str:
+    """A failed read or write in words: what, where, what to do and the command to run next
+    (the same command again: training runs name their ``--resume`` command themselves)."""
     import errno
+    import shlex
 
+    # A DatasetWriteError names its file in its message; its cause holds the errno.
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+    code = exc.errno if exc.errno is not None else cause.errno
     where = f" {exc.filename}" if exc.filename else ""
     reason = exc.strerror or str(exc)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        fix = "free disk space (or raise the limit), then continue the run with --resume"
-    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = "choose a folder you can write to (--run-dir) or fix its permissions"
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free disk space (or raise the limit)"
+    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "choose a folder you can write to or fix its permissions"
     else:
-        fix = "check the path and the disk, then run again (a run continues with --resume)"
-    return f"cannot read or write{where}: {reason}; {fix}"
+        fix = "check the path and the disk"
+    again = shlex.join(["myriad", *argv])
+    return f"cannot read or write{where}: {reason}; {fix}, then run: {again}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 130
     except OSError as exc:
-        return _error(_os_error(exc), status=1)
+        return _error(_os_error(exc, args), status=1)
     except Exception as exc:  # an internal error: one line, the traceback on request
         return _error(
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"

@@ -231,3 +231,4 @@ def test_full_disk_names_the_cause(tmp_path):
     lines = child.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("myriad: error: "), child.stderr
     assert "File too large" in lines[0] or "space" in lines[0], lines[0]
+    assert f"then run: myriad pretrain --resume {run}" in lines[0], lines[0]

@@ -35,8 +35,12 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` atomically (temporary file, then rename)."""
+    """Write ``payload`` atomically (temporary file, then rename). A benchmark replaces its own
+    results, but never a file of a run (:func:`myriad.utils.ownership.claim_output`)."""
+    from myriad.utils.ownership import claim_output
+
     path = Path(path)
+    claim_output(path, "bench", overwrite=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")

@@ -17,6 +17,7 @@ from myriad.datasets.data import filter_members
 from myriad.datasets.formats import FORMATS, open_reader, open_writer
 from myriad.datasets.relabel import reward_note
 from myriad.datasets.schema import CHUNK_ROWS, DatasetSpec
+from myriad.utils.ownership import claim_output
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ def export(
     Raises:
         IncompleteDatasetError: the source was not completed.
         DatasetWriteError: writing failed (the output stays under its partial name).
+        OwnershipError: the output is a file of a run, exists, or its staging folder was not
+            left by an export (:mod:`myriad.utils.ownership`).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
@@ -113,6 +116,12 @@ def export(
             dataset_id = dataset_id or default_dataset_id(src, spec)
         else:
             target = Path(out) if out is not None else default_out(src, fmt, members, task)
+        # Never a run's files, nor anything that exists (export has no --overwrite).
+        claim_output(
+            target / dataset_id if fmt == "minari" and dataset_id else target,
+            "export",
+            has_overwrite=False,
+        )
         if target.resolve() == src.resolve():
             raise ValueError(f"the output {target} is the source dataset")
         writer = open_writer(fmt, target, out_spec, dataset_id=dataset_id, chunk_rows=chunk_rows)

@@ -44,7 +44,9 @@ def run_dataset(run: Path) -> Path:
     rel = "dataset/transitions.hdf5"
     config = run / "config.yaml"
     if config.is_file():
-        cfg = OmegaConf.load(config)
+        from myriad.utils.digest import read_config_text
+
+        cfg = OmegaConf.create(read_config_text(config))
         rel = str(OmegaConf.select(cfg, "dataset.path", default=None) or rel)
     return run / rel
 

@@ -8,6 +8,10 @@ Layout of the finished file (one row per transition, episodes contiguous):
                                                                  the observation's state)
     metadata/*  attributes: env, config, myriad version, population size, seed, ...
 
+Every dataset is chunked along rows, LZF-compressed and checksummed per chunk (Fletcher-32):
+HDF5 checks a chunk each time it reads it, and a failed check names the column and chunk
+(:mod:`myriad.datasets.checksums`).
+
 Crash safety: while the writer runs, rows live in ``<path>.partial/``, a folder of write-once
 segment files, one per :meth:`D4RLWriter.append`. A segment is written under a temporary name and
 renamed when complete, so a process killed at any instant (even mid-append) leaves every segment
@@ -32,6 +36,7 @@ import h5py
 import numpy as np
 
 from myriad import __version__
+from myriad.datasets.checksums import hdf5_checksummed, note_unverified, read_hdf5
 from myriad.datasets.schema import (
     CHUNK_ROWS,
     DatasetSpec,
@@ -80,6 +85,8 @@ class D4RLWriter:
         chunk_rows: HDF5 chunk length of the finished file.
         base_rows: the finished file at ``path`` holds this many rows that come before the
             staged ones (a run extended after it finished); 0: the staged rows are all.
+        owner: the command that writes the file (``"pretrain"`` for a run's own dataset,
+            ``"export"``); only it may replace a staging folder left at ``path + ".partial"``.
 
     ``file`` is the handle on the staged rows: ``file.flush()`` makes them durable (the runner
     calls it when it saves a checkpoint).
@@ -95,6 +102,7 @@ class D4RLWriter:
         resume_rows: int | None = None,
         chunk_rows: int = CHUNK_ROWS,
         base_rows: int = 0,
+        owner: str = "export",
     ) -> None:
         self.path = Path(path)
         self.base_rows = int(base_rows)
@@ -114,7 +122,7 @@ class D4RLWriter:
         )
         if resume_rows is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = RowSegments(self.tmp, spec, resume_rows=resume_rows)
+        self.file = RowSegments(self.tmp, spec, resume_rows=resume_rows, owner=owner)
 
     @property
     def spec(self) -> DatasetSpec:
@@ -157,9 +165,7 @@ class D4RLWriter:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise DatasetWriteError(
-                f"writing {self.path} failed ({exc}); all {self.rows} rows are kept in "
-                f"{self.tmp}. Free disk space and finish it with D4RLWriter(..., "
-                f"resume_rows={self.rows}).close()"
+                f"writing {self.path} failed ({exc}); all {self.rows} rows are kept in {self.tmp}"
             ) from exc
         fault_point("dataset.published")
         self.file.remove()
@@ -193,6 +199,7 @@ class D4RLWriter:
                     dtype=dtype,
                     chunks=(max(1, min(self.chunk_rows, total)), *shape),
                     compression="lzf",
+                    fletcher32=True,  # a checksum per chunk, checked by every read
                 )
             meta = f.create_group("metadata")
             for key, value in self.spec.metadata.items():
@@ -261,7 +268,13 @@ class HDF5Reader:
             )
         # Files written by other tools may lack infos/ and metadata/ (no members, no features).
         infos = self.file.get("infos", {})
-        names = tuple(k for k in infos if k != "member")
+        # Only per-row columns are features: other tools nest groups or store other shapes.
+        rows_total = int(self.file["observations"].shape[0])
+        names = tuple(
+            k
+            for k, v in infos.items()
+            if k != "member" and isinstance(v, h5py.Dataset) and v.shape == (rows_total,)
+        )
         meta_group = self.file.get("metadata")
         metadata = decode_metadata(dict(meta_group.attrs)) if meta_group is not None else {}
         # The writer stores features in the order of metadata["feature_names"]; HDF5 lists
@@ -275,6 +288,12 @@ class HDF5Reader:
             names,
             metadata,
         )
+        #: Every column this reader reads.
+        self.columns = [*CORE_KEYS, *(f"infos/{n}" for n in ("member", *names) if n in infos)]
+        if not all(hdf5_checksummed(self.file[k]) for k in self.columns):
+            note_unverified(
+                self.path, "has no checksums (written by an older myriad or another tool)"
+            )
 
     @property
     def num_rows(self) -> int:
@@ -283,12 +302,14 @@ class HDF5Reader:
     def read(self, start: int, stop: int) -> Rows:
         """Rows ``[start, stop)``."""
         f = self.file
-        rows = {k: f[k][start:stop] for k in CORE_KEYS}
+
+        def column(key: str) -> np.ndarray:
+            return read_hdf5(f[key], start, stop, self.path, key)
+
+        rows = {k: column(k) for k in CORE_KEYS}
         n = len(rows["observations"])
-        rows["member"] = (
-            f["infos/member"][start:stop] if "infos/member" in f else np.zeros(n, np.int32)
-        )
-        feats = [f[f"infos/{name}"][start:stop] for name in self.spec.feature_names]
+        rows["member"] = column("infos/member") if "infos/member" in f else np.zeros(n, np.int32)
+        feats = [column(f"infos/{name}") for name in self.spec.feature_names]
         rows["features"] = np.stack(feats, axis=1) if feats else np.zeros((n, 0), np.float32)
         return rows
 
@@ -321,7 +342,13 @@ def read_d4rl(path: str | os.PathLike[str]) -> dict[str, Any]:
             raise IncompleteDatasetError(
                 f"{path} is not marked complete: its writer did not finish"
             )
-        data: dict[str, Any] = {k: f[k][()] for k in CORE_KEYS}
-        data["infos"] = {k: v[()] for k, v in f["infos"].items()} if "infos" in f else {}
+        n = int(f["observations"].shape[0])
+        data: dict[str, Any] = {k: read_hdf5(f[k], 0, n, path, k) for k in CORE_KEYS}
+        infos = f.get("infos", {})
+        data["infos"] = {
+            k: read_hdf5(v, 0, n, path, f"infos/{k}")
+            for k, v in infos.items()
+            if isinstance(v, h5py.Dataset)
+        }
         data["metadata"] = dict(f["metadata"].attrs) if "metadata" in f else {}
     return data

@@ -21,6 +21,7 @@ from myriad.datasets.formats import DatasetReader, open_reader
 from myriad.datasets.hdf5 import CORE_KEYS, HDF5Reader
 from myriad.datasets.schema import (
     CHUNK_ROWS,
+    CorruptDatasetError,
     DatasetSpec,
     IncompleteDatasetError,
     Rows,
@@ -278,6 +279,9 @@ def validate(path: str | os.PathLike[str], chunk_rows: int = CHUNK_ROWS) -> Vali
     except IncompleteDatasetError as exc:
         report.add("complete (the writer finished)", [str(exc)])
         return report
+    except CorruptDatasetError as exc:  # Minari: every block is checked when it is opened
+        report.add("checksums of every chunk", [str(exc)])
+        return report
     except (OSError, ValueError, KeyError) as exc:
         report.add("readable", [f"{type(exc).__name__}: {exc}"])
         return report
@@ -293,7 +297,11 @@ def validate(path: str | os.PathLike[str], chunk_rows: int = CHUNK_ROWS) -> Vali
             checker.chunk(rows)
         checker.finish(report, checker.offset)
         if reader.format == "zarr":
-            report.add("meta/episode_ends and meta/member match the rows", _zarr_meta(reader))
+            try:
+                meta = _zarr_meta(reader)
+            except CorruptDatasetError as exc:
+                meta = [str(exc)]
+            report.add("meta/episode_ends and meta/member match the rows", meta)
     finally:
         reader.close()
     return report
@@ -304,6 +312,8 @@ def _safe_chunks(
 ) -> Iterator[Rows]:
     try:
         yield from reader.iter_chunks(chunk_rows)
+    except CorruptDatasetError as exc:
+        report.add("checksums of every chunk", [str(exc)])
     except (OSError, ValueError, KeyError) as exc:
         report.add("readable", [f"{type(exc).__name__}: {exc}"])
 

@@ -13,6 +13,9 @@ default ``~/.minari/datasets``) lives in ``<root>/namespace/name-v0/data/`` (``m
 ``metadata.json`` carries Minari's keys (dataset id, spaces, totals, ...) and ours under
 ``"myriad"`` (env, options, config, feature names).
 
+Integrity: Minari's files carry no checksums, so ``myriad-digest.json`` beside ``data/`` holds a
+SHA-256 of every block of every file; :class:`MinariReader` checks them all before it reads.
+
 Crash safety: rows are staged as segment files in the hidden folder
 ``<root>/namespace/.name-v0.partial`` (Minari's listing skips hidden folders); :meth:`close`
 builds the Minari dataset there and renames the folder to its id's.
@@ -31,6 +34,12 @@ import gymnasium as gym
 import numpy as np
 
 from myriad import __version__
+from myriad.datasets.checksums import (
+    DIGEST_FILE,
+    check_block_digests,
+    note_unverified,
+    write_block_digests,
+)
 from myriad.datasets.schema import (
     CHUNK_ROWS,
     DatasetSpec,
@@ -43,6 +52,7 @@ from myriad.datasets.schema import (
 )
 from myriad.datasets.segments import RowSegments, check_free_space
 from myriad.utils.optional import require
+from myriad.utils.ownership import PARTIAL_MARKER, make_partial
 
 _NAMESPACE_FILE = "namespace_metadata.json"
 
@@ -116,8 +126,7 @@ class MinariWriter:
                 f"Minari dataset {dataset_id} already exists at {self.path}; delete it "
                 "(minari.delete_dataset) or choose another id"
             )
-        if self.tmp.exists():
-            shutil.rmtree(self.tmp)
+        make_partial(self.tmp, "export")  # replaces only a folder an earlier export left
         self.spaces = (observation_space, action_space)
         self.flush_rows = int(flush_rows)
         self.segments = RowSegments(self.tmp / ".rows", spec)
@@ -157,7 +166,9 @@ class MinariWriter:
                 f"rows appended are kept in {self.segments.folder}"
             ) from exc
         self.segments.remove()
+        write_block_digests(self.tmp)
         self._write_namespaces()
+        (self.tmp / PARTIAL_MARKER).unlink(missing_ok=True)
         os.replace(self.tmp, self.path)
         return self.path
 
@@ -278,6 +289,9 @@ class MinariReader:
             raise IncompleteDatasetError(f"{path} was not completed: only {_partial(path)} exists")
         if not (path / "data" / "metadata.json").exists():
             raise FileNotFoundError(f"{path} is not a Minari dataset (no data/metadata.json)")
+        # Every byte is checked before any is read: Minari's files carry no checksums.
+        if not check_block_digests(path):
+            note_unverified(path, f"has no {DIGEST_FILE} (written by an older myriad or Minari)")
         self.dataset = MinariDataset(path / "data")
         meta = json.loads((path / "data" / "metadata.json").read_text())
         ours = dict(meta.get("myriad") or {})

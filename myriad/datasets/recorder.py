@@ -16,8 +16,6 @@ and resumed writes every row once:
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,8 +26,9 @@ import torch
 from myriad.datasets.episodes import EpisodeAssembler
 from myriad.datasets.hdf5 import D4RLWriter
 from myriad.datasets.schema import partial_path, row_fields
-from myriad.utils.config import ConfigError
+from myriad.datasets.segments import legacy_staging
 from myriad.utils.faults import fault_point
+from myriad.utils.ownership import check_run_paths, remove_partial
 
 
 class DatasetStateError(ValueError):
@@ -54,20 +53,14 @@ def published_rows(path: Path) -> tuple[int, int | None] | None:
 
 
 def dataset_location(run_dir: Path, relative: str) -> Path:
-    """``run_dir / relative``, refusing paths that leave the run folder.
+    """``run_dir / relative``, refusing paths that leave the run folder or collide with another
+    file of the run (:func:`myriad.utils.ownership.check_run_paths`).
 
     Raises:
-        ConfigError: ``relative`` is absolute or climbs out of ``run_dir`` (``..``).
+        ConfigError: ``relative`` is absolute, climbs out of ``run_dir`` (``..``), or names
+            another file of the run.
     """
-    rel = Path(relative)
-    root = run_dir.resolve()
-    target = (root / rel).resolve()
-    if rel.is_absolute() or not target.is_relative_to(root) or target == root:
-        raise ConfigError(
-            f"dataset.path={relative!r} must be a file name inside the run folder (for example "
-            "dataset/transitions.hdf5); a run writes only inside its own folder"
-        )
-    return run_dir / rel
+    return check_run_paths(run_dir, {"dataset": {"enabled": True, "path": relative}})["dataset"]
 
 
 class DatasetRecorder:
@@ -110,6 +103,7 @@ class DatasetRecorder:
             metadata=self.metadata,
             resume_rows=resume_rows,
             base_rows=self.base_rows,
+            owner="pretrain",
         )
 
     def record(self, steps: Mapping[str, torch.Tensor]) -> None:
@@ -223,11 +217,7 @@ class DatasetRecorder:
     def _discard_staging(self) -> None:
         """Delete ``<path>.partial``: rows that no checkpoint recorded, or that the published
         file already holds."""
-        staging = partial_path(self.path)
-        if staging.is_dir():
-            shutil.rmtree(staging)
-        elif staging.exists():
-            os.unlink(staging)
+        remove_partial(partial_path(self.path), "pretrain", legacy=legacy_staging)
         fault_point("dataset.staging_discarded")
 
 

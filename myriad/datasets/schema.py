@@ -42,6 +42,11 @@ class DatasetWriteError(OSError):
     """Writing the dataset failed (e.g. a full disk); rows written so far stay readable."""
 
 
+class CorruptDatasetError(ValueError):
+    """A chunk of a dataset failed its checksum: its bytes changed after it was written. The
+    message names the file, the column and the chunk."""
+
+
 class IncompleteDatasetError(ValueError):
     """The dataset's writer did not finish (it crashed or is still running)."""
 

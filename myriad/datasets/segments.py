@@ -23,8 +23,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from myriad.datasets.checksums import read_hdf5
 from myriad.datasets.schema import ROW_KEYS, DatasetSpec, DatasetWriteError, Rows
 from myriad.utils.faults import fault_point
+from myriad.utils.ownership import make_partial
 
 _HEADER = "header.json"
 
@@ -59,6 +61,8 @@ class RowSegments:
         folder: where the segments live.
         spec: the rows' schema; its metadata is kept in the header.
         resume_rows: reopen an existing folder and cut it back to this many rows.
+        owner: the command that stages the rows; its name is written in the folder's marker
+            (:func:`myriad.utils.ownership.make_partial`), and only it replaces the folder.
 
     Raises:
         FileNotFoundError: resuming a folder that does not exist.
@@ -66,7 +70,11 @@ class RowSegments:
     """
 
     def __init__(
-        self, folder: str | os.PathLike[str], spec: DatasetSpec, resume_rows: int | None = None
+        self,
+        folder: str | os.PathLike[str],
+        spec: DatasetSpec,
+        resume_rows: int | None = None,
+        owner: str = "export",
     ) -> None:
         self.folder = Path(folder)
         self.spec = spec
@@ -83,9 +91,9 @@ class RowSegments:
             self._segments = self._scan()
             self.truncate(int(resume_rows))
             return
-        if self.folder.exists():
-            shutil.rmtree(self.folder) if self.folder.is_dir() else self.folder.unlink()
-        self.folder.mkdir(parents=True)
+        # A folder left by a killed writer of the same command is replaced; anything else
+        # (another command's staged rows, a user's folder) is refused.
+        make_partial(self.folder, owner, legacy=legacy_staging if owner == "pretrain" else None)
         header = {
             "obs_dim": spec.obs_dim,
             "action_dim": spec.action_dim,
@@ -128,7 +136,7 @@ class RowSegments:
         image = io.BytesIO()
         with h5py.File(image, "w") as f:
             for key in ROW_KEYS:
-                f.create_dataset(key, data=rows[key])
+                f.create_dataset(key, data=rows[key], fletcher32=True)
         try:
             with open(tmp, "wb") as out:
                 out.write(image.getbuffer())
@@ -165,8 +173,7 @@ class RowSegments:
             except OSError as exc:
                 raise DatasetWriteError(
                     f"writing {n} rows to {self.folder} failed ({exc}); the {self.rows} rows "
-                    "written before are intact. Free disk space and append again (a training "
-                    "run: resume it from its last checkpoint)."
+                    "written before are intact"
                 ) from exc
             self._segments.append((segment, n))
         return n
@@ -194,7 +201,8 @@ class RowSegments:
     @staticmethod
     def read(seg: Path, stop: int | None = None) -> Rows:
         with h5py.File(seg, "r") as f:
-            return {k: f[k][:stop] for k in ROW_KEYS}
+            n = int(f["observations"].shape[0]) if stop is None else stop
+            return {k: read_hdf5(f[k], 0, n, seg, k) for k in ROW_KEYS}
 
     def __iter__(self) -> Iterator[Rows]:
         """Every segment's rows, in order (one segment in memory at a time)."""
@@ -223,6 +231,11 @@ class RowSegments:
             seg.unlink(missing_ok=True)
             fault_point("dataset.segment_removed")
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def legacy_staging(folder: Path) -> bool:
+    """A training run's staging folder written before staging folders carried a marker."""
+    return (folder / _HEADER).is_file()
 
 
 def check_free_space(target: Path, needed: int) -> None:

@@ -1,6 +1,7 @@
 """Zarr v3 datasets in the replay-buffer layout of diffusion-policy code.
 
-Layout (a zarr v3 group; every array chunked along rows and Blosc/zstd-compressed):
+Layout (a zarr v3 group; every array chunked along rows, Blosc/zstd-compressed and each chunk
+checksummed with CRC32C):
 
     data/observations [N, O] float32      data/actions [N, A] float32    data/rewards [N] float32
     data/next_observations [N, O]         data/terminals [N] bool        data/timeouts [N] bool
@@ -17,19 +18,21 @@ Crash safety: the store is written as ``<path>.partial`` and renamed to ``<path>
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
+from zarr.core.array_spec import ArrayConfig
 
 from myriad import __version__
+from myriad.datasets.checksums import note_unverified, read_zarr
 from myriad.datasets.schema import (
     CHUNK_ROWS,
     ROW_KEYS,
+    CorruptDatasetError,
     DatasetSpec,
     DatasetWriteError,
     IncompleteDatasetError,
@@ -38,12 +41,20 @@ from myriad.datasets.schema import (
     partial_path,
 )
 from myriad.datasets.segments import conform
+from myriad.utils.ownership import PARTIAL_MARKER, make_partial
 
 LAYOUT = "myriad-replay-buffer"
 
 
-def _compressors() -> tuple[BloscCodec, ...]:
-    return (BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle"),)
+def _compressors() -> tuple[BloscCodec | Crc32cCodec, ...]:
+    """Blosc/zstd, then a CRC32C of each compressed chunk: a chunk whose bytes change fails its
+    checksum when read, before it is decompressed."""
+    return (BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle"), Crc32cCodec())
+
+
+#: Every chunk is stored, even one that holds only the fill value (zarr skips those by
+#: default), so a missing chunk file is a lost chunk, never zeros read as data.
+_STORED = ArrayConfig(order="C", write_empty_chunks=True)
 
 
 def _array(group: zarr.Group, key: str, path: Path) -> zarr.Array:
@@ -60,8 +71,33 @@ def _array(group: zarr.Group, key: str, path: Path) -> zarr.Array:
 
 
 def _rows(array: zarr.Array, start: int | None = None, stop: int | None = None) -> np.ndarray:
-    """Rows ``[start, stop)`` of ``array`` (zarr types a read as a scalar or an array)."""
-    return np.asarray(array[start:stop])
+    """Rows ``[start, stop)`` of ``array`` (zarr types a read as a scalar or an array); a chunk
+    that fails its CRC32C check raises :class:`CorruptDatasetError` naming it."""
+    return read_zarr(array, start, stop, str(array.store_path), array.path)
+
+
+def missing_chunk(path: Path, name: str, array: zarr.Array) -> None:
+    """Raise :class:`CorruptDatasetError` for the first chunk file of ``array`` (stored at
+    ``path / name``) that is missing: every chunk is written (:data:`_STORED`), and zarr would
+    read a missing one as fill values."""
+    rows = int(array.shape[0])
+    step = int(array.chunks[0])
+    if 0 in array.shape[1:]:  # rows of width 0 (no features): zarr stores no chunk
+        return
+    folder = path / name / "c"
+    stored = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    for index in range(-(-rows // step)):
+        if str(index) not in stored:
+            last = min((index + 1) * step, rows) - 1
+            raise CorruptDatasetError(
+                f"{path}: {name} chunk {index} (rows {index * step}-{last}) is missing; restore "
+                "the store from a copy, or export it again"
+            )
+
+
+def checksummed(array: zarr.Array) -> bool:
+    """Whether the chunks of ``array`` carry CRC32C checksums."""
+    return any(isinstance(c, Crc32cCodec) for c in array.compressors)
 
 
 class ZarrWriter:
@@ -86,9 +122,8 @@ class ZarrWriter:
         if self.path.exists():
             raise FileExistsError(f"{self.path} exists; remove it or choose another --out")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.tmp.exists():
-            shutil.rmtree(self.tmp)
-        self.root = zarr.open_group(self.tmp, mode="w", zarr_format=3)
+        make_partial(self.tmp, "export")  # replaces only a store an earlier export left
+        self.root = zarr.open_group(self.tmp, mode="a", zarr_format=3)
         data, meta = self.root.create_group("data"), self.root.create_group("meta")
         self.arrays: dict[str, Any] = {}
         for key, (shape, dtype) in spec.fields().items():
@@ -98,6 +133,7 @@ class ZarrWriter:
                 chunks=(chunk_rows, *shape),
                 dtype=dtype,
                 compressors=_compressors(),
+                config=_STORED,
             )
         self.arrays["features"].attrs["names"] = list(spec.feature_names)
         self.ends = meta.create_array(
@@ -106,9 +142,15 @@ class ZarrWriter:
             chunks=(chunk_rows,),
             dtype="int64",
             compressors=_compressors(),
+            config=_STORED,
         )
         self.episode_member = meta.create_array(
-            "member", shape=(0,), chunks=(chunk_rows,), dtype="int32", compressors=_compressors()
+            "member",
+            shape=(0,),
+            chunks=(chunk_rows,),
+            dtype="int32",
+            compressors=_compressors(),
+            config=_STORED,
         )
         self.root.attrs.update(
             {
@@ -178,6 +220,7 @@ class ZarrWriter:
             self.root.attrs["complete"] = True
         self._open = False
         if complete:
+            (self.tmp / PARTIAL_MARKER).unlink(missing_ok=True)
             os.replace(self.tmp, self.path)
             return self.path
         return self.tmp
@@ -208,6 +251,11 @@ class ZarrReader:
         if not isinstance(data, zarr.Group):
             raise IncompleteDatasetError(f"{self.path} is not a {LAYOUT} store: it has no data/")
         self.arrays = {k: _array(data, k, self.path) for k in ROW_KEYS}
+        if not all(checksummed(a) for a in self.arrays.values()):
+            note_unverified(self.path, "has no chunk checksums (written by an older myriad)")
+        else:
+            for key, array in self.arrays.items():
+                missing_chunk(self.path, f"data/{key}", array)
         feature_names = attrs.get("feature_names", [])
         metadata = attrs.get("metadata", {})
         if not isinstance(feature_names, list) or not isinstance(metadata, dict):
@@ -232,7 +280,9 @@ class ZarrReader:
 
     def read(self, start: int, stop: int) -> Rows:
         """Rows ``[start, stop)``."""
-        return {k: _rows(a, start, stop) for k, a in self.arrays.items()}
+        return {
+            k: read_zarr(a, start, stop, self.path, f"data/{k}") for k, a in self.arrays.items()
+        }
 
     def iter_chunks(self, chunk_rows: int = CHUNK_ROWS) -> Iterator[Rows]:
         for start in range(0, self.num_rows, chunk_rows):

@@ -26,6 +26,10 @@ BUILTIN_MODULES: tuple[str, ...] = (
 )
 
 
+class EnvOptionError(TypeError):
+    """An option the env does not accept; the message lists those it does."""
+
+
 class UnknownEnvError(KeyError):
     """The requested name is not registered; the message lists what is."""
 
@@ -120,7 +124,8 @@ def make(
 
     Raises:
         UnknownEnvError: ``name`` is not registered (the message lists registered names).
-        TypeError: an option is not accepted by the env (the message lists accepted options).
+        EnvOptionError: an option is not accepted by the env (the message lists accepted
+            options).
     """
     e = entry(name)
     factory = e.resolve()
@@ -131,8 +136,13 @@ def make(
         accepted = [p for p in params if p not in ("num_envs", "device")]
         unknown = sorted(set(kwargs) - set(accepted))
         if unknown:
-            raise TypeError(
-                f"env {name!r} does not accept option(s) {unknown}; accepted: {accepted}"
+            hint = (
+                "; it has no goal tasks: finetune it on its own reward with task=native"
+                if "task" in unknown
+                else ""
+            )
+            raise EnvOptionError(
+                f"env {name!r} does not accept option(s) {unknown}; accepted: {accepted}{hint}"
             )
     env = factory(num_envs=num_envs, device=device, **kwargs)
     env.name = name

@@ -121,11 +121,20 @@ def finetune(
         resume=resume,
         run_dir=run_dir,
         overwrite=overwrite,
-        start=(lambda r: r.initialise(cfg["init"]["source"])) if init is not None else None,
+        # Also on --resume: a run stopped before its first checkpoint (during the ranking, say)
+        # starts again from its saved config, initialisation included.
+        start=(lambda r: r.initialise(source)) if (source := _init_source(cfg)) else None,
     )
     if not quiet:
         report(summary, folder)
     return summary
+
+
+def _init_source(cfg: dict[str, Any]) -> str | None:
+    """The pretrained population a run starts from (``init.source``), or None."""
+    init = cfg.get("init")
+    source = init.get("source") if isinstance(init, dict) else None
+    return str(source) if source else None
 
 
 def report(summary: dict[str, Any], folder: Path) -> None:

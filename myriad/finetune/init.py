@@ -42,6 +42,7 @@ from myriad.nn.population import (
 )
 from myriad.rl.saved_population import load_population
 from myriad.utils.config import ConfigError
+from myriad.utils.faults import fault_point
 
 CRITIC_CHOICES = ("fresh", "pretrained")
 
@@ -202,6 +203,7 @@ def initialise(
         deterministic=deterministic,
         seed=seed,
     )
+    fault_point("init.ranked")  # a kill here must be continued by --resume RUN
     ranking = rank_members(scores.success, scores.returns)
     mapping = member_mapping(ranking, model.num_members)
     kept = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -27,7 +28,6 @@ from omegaconf import OmegaConf
 
 from myriad.utils.checkpoint import (
     CheckpointError,
-    atomic_write_text,
     capture_rng_state,
     check_resume_config,
     checkpoint_path,
@@ -38,9 +38,11 @@ from myriad.utils.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from myriad.utils.config import output_folder, release_folder
+from myriad.utils.config import LOCK_NAME, output_folder, release_folder
+from myriad.utils.digest import write_config_file
 from myriad.utils.faults import fault_point
 from myriad.utils.logging import ScalarLogger, to_float
+from myriad.utils.runlock import RunLock
 
 
 def plain_config(config: Any) -> Any:
@@ -194,7 +196,7 @@ class RunnerBase(abc.ABC):
         """
         # Written here rather than at construction, so a resume refused for a config mismatch
         # leaves the run's config.yaml describing its checkpoints.
-        atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.config))
+        self.write_config()
         logger = self.logger
         bar = _ProgressBar(self.progress, self.iteration_count, num_iterations)
         saved_at = -1
@@ -232,6 +234,10 @@ class RunnerBase(abc.ABC):
                 if not failed:
                     raise
         return logger.latest()
+
+    def write_config(self) -> Path:
+        """Write ``config.yaml`` (with its digest, see :mod:`myriad.utils.digest`)."""
+        return write_config_file(self.run_dir / "config.yaml", self.config)
 
     def close(self) -> None:
         if self._logger is not None:
@@ -343,13 +349,84 @@ def train_in_folder(
     overwrite: bool = False,
     start: Callable[[Any], Any] | None = None,
 ) -> tuple[dict[str, Any], Path]:
-    """A whole run of one process: claim its folder (:func:`output_folder`), build the runner
-    with ``factory(cfg, folder)``, train until ``cfg["iterations"]`` and finish. Returns the
-    summary and the folder."""
+    """A whole run of one process: claim its folder (:func:`output_folder`) and its lock
+    (:class:`~myriad.utils.runlock.RunLock`), build the runner with ``factory(cfg, folder)``,
+    train until ``cfg["iterations"]`` and finish. Returns the summary and the folder.
+
+    A new run writes ``config.yaml`` as soon as its runner is built, so a run killed at any
+    moment after that (during ``--init``'s ranking, before its first checkpoint) is continued
+    by ``--resume RUN``. A failed write (a full disk, a permission) is reported naming the file
+    and that command."""
     folder = output_folder(kind, name, cfg, resume, run_dir, overwrite)
-    set_torch_threads(cfg)
-    runner = build_runner(lambda f: factory(cfg, f), folder, new_run=resume is None)
-    return run_to_completion(runner, int(cfg["iterations"]), resume, start), folder
+    try:
+        lock = RunLock(folder, kind).acquire()
+    except BaseException:
+        if resume is None:
+            release_folder(folder)
+        raise
+    try:
+        if lock.took_over is not None:
+            print(
+                f"myriad: note: took over the lock of {folder} from process {lock.took_over}, "
+                "which has ended",
+                file=sys.stderr,
+            )
+        set_torch_threads(cfg)
+        runner = build_runner(lambda f: factory(cfg, f), folder, new_run=resume is None)
+        try:
+            if resume is None:
+                runner.write_config()
+            return run_to_completion(runner, int(cfg["iterations"]), resume, start), folder
+        except OSError as exc:
+            message = write_failure(exc, f"myriad {kind} --resume {folder}")
+            if message is None:
+                raise
+            raise RunWriteError(message) from exc
+        except Exception:
+            # A new run refused before it wrote anything but its config (an --init that does
+            # not fit, say) leaves no folder: the corrected command can use it again.
+            if resume is None and not _has_checkpoint(folder):
+                _forget_config(folder)
+            raise
+    finally:
+        lock.release()
+
+
+def _forget_config(folder: Path) -> None:
+    """Remove ``config.yaml`` and then the folder, when they are all a refused run wrote."""
+    ours = (folder / "config.yaml", folder / LOCK_NAME)
+    if not any(p.is_file() and p not in ours for p in folder.rglob("*")):
+        (folder / "config.yaml").unlink(missing_ok=True)
+        release_folder(folder)
+
+
+class RunWriteError(OSError):
+    """A run could not write a file; the message names the file and the command to continue."""
+
+
+def write_failure(exc: OSError, next_command: str) -> str | None:
+    """A failed write (a full disk, a write limit, a permission) in one sentence: the file, the
+    reason, what to do and the command to run next; None for other errors."""
+    import errno
+
+    if isinstance(exc, RunWriteError):
+        return str(exc)
+    cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else None
+    code = exc.errno if exc.errno is not None else (cause.errno if cause else None)
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free disk space (or raise the limit)"
+    elif code in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make it writable"
+    else:
+        return None
+    filename = exc.filename or (cause.filename if cause else None)
+    if exc.strerror and filename:
+        what = f"writing {filename} failed: {exc.strerror}"
+    else:
+        what = str(exc).strip().splitlines()[0]
+        if filename and str(filename) not in what:
+            what += f" ({filename})"
+    return f"{what}; {fix}, then run: {next_command}"
 
 
 def run_to_completion(
@@ -360,8 +437,19 @@ def run_to_completion(
 ) -> dict[str, Any]:
     """Resume ``runner`` from ``resume`` (or call ``start(runner)``, e.g. an initialisation),
     train until ``iterations`` and return :meth:`RunnerBase.finish`'s summary; the runner is
-    closed whatever happens."""
+    closed whatever happens.
+
+    A run folder given as ``resume`` that holds no checkpoint yet (the run was stopped before
+    its first one) starts again from its saved config: ``start`` runs, and the run trains from
+    iteration 0, as the interrupted start would have."""
     try:
+        if resume is not None and not _has_checkpoint(Path(resume)):
+            print(
+                f"myriad: note: {runner.run_dir} was stopped before its first checkpoint; "
+                "starting it again from its saved config",
+                file=sys.stderr,
+            )
+            resume = None
         if resume is not None:
             runner.resume(resume)
         elif start is not None:
@@ -370,6 +458,13 @@ def run_to_completion(
         return runner.finish()
     finally:
         runner.close()
+
+
+def _has_checkpoint(resume: Path) -> bool:
+    """Whether ``resume`` is a checkpoint file or a folder holding one."""
+    if resume.is_file():
+        return True
+    return bool(list_checkpoints(resume / "checkpoints") or list_checkpoints(resume))
 
 
 def set_torch_threads(config: Mapping[str, Any]) -> None:

@@ -26,7 +26,8 @@ import torch
 
 from myriad.utils.seeding import rng_state, set_rng_state
 
-FORMAT_VERSION = 1
+#: 2: a ``digest`` of the content (:func:`myriad.utils.digest.payload_digest`), checked on load.
+FORMAT_VERSION = 2
 CHECKPOINT_PATTERN = re.compile(r"^iter_(\d+)\.pt$")
 
 
@@ -55,7 +56,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     so readers (and a crash mid-write) never see a partial file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         # mkstemp creates the file private (0600); the result gets the permissions any new
         # file of this process gets, so a shared run folder stays readable to its group.
@@ -65,6 +69,10 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        # A failed write names the file it was for, not the temporary one (or none at all).
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -83,9 +91,14 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def save_checkpoint(path: str | os.PathLike[str], payload: Mapping[str, Any]) -> Path:
-    """Atomically save ``payload`` with ``format`` and ``versions`` entries added."""
+    """Atomically save ``payload`` with ``format``, ``versions`` and ``digest`` entries added
+    (the digest covers every tensor's bytes and every other value)."""
+    from myriad.utils.digest import payload_digest
+
+    content = {"format": FORMAT_VERSION, "versions": library_versions(), **payload}
+    content["digest"] = payload_digest(content)
     buffer = io.BytesIO()
-    torch.save({"format": FORMAT_VERSION, "versions": library_versions(), **payload}, buffer)
+    torch.save(content, buffer)
     return atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -97,7 +110,8 @@ def load_checkpoint(
     Raises:
         FileNotFoundError: ``path`` does not exist.
         CheckpointError: the file is truncated, not a checkpoint, holds Python objects that a
-            safe load refuses, or was written by a newer checkpoint format.
+            safe load refuses, was written by a newer checkpoint format, or fails its digest
+            check (its bytes changed after it was written).
     """
     path = Path(path)
     if not path.is_file():
@@ -132,7 +146,31 @@ def load_checkpoint(
             f"{path} has checkpoint format {fmt}; this myriad reads up to {FORMAT_VERSION}: "
             "upgrade myriad"
         )
+    from myriad.utils.digest import payload_digest
+
+    digest = payload.pop("digest", None)
+    if digest is None:
+        _note_unverified(path)
+    elif digest != payload_digest(payload):
+        raise CheckpointError(
+            f"{path} failed its digest check: its bytes changed after it was written (a disk "
+            "or copy error); use an earlier checkpoint of the run (checkpoints/iter_NNNNNN.pt)"
+        )
     return payload
+
+
+_unverified_noted: set[str] = set()
+
+
+def _note_unverified(path: Path) -> None:
+    """One line per file and process: a checkpoint of an older myriad has no digest."""
+    key = str(path.resolve())
+    if key not in _unverified_noted:
+        _unverified_noted.add(key)
+        print(
+            f"myriad: note: {path} has no digest (written by an older myriad): loaded unverified",
+            file=sys.stderr,
+        )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -11,6 +11,9 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+#: The lock file of a run folder (see :mod:`myriad.utils.runlock`).
+LOCK_NAME = ".myriad.lock"
+
 
 class ConfigError(ValueError):
     """A config override or saved config is unusable; the message names the key."""
@@ -85,8 +88,11 @@ def load_run_config(run: str | Path) -> dict[str, Any]:
     for candidate in (path, path.parent, path.parent.parent):
         cfg_file = candidate / "config.yaml"
         if candidate.is_dir() and cfg_file.is_file():
+            from myriad.utils.digest import read_config_text
+
+            text = read_config_text(cfg_file)
             try:
-                loaded = _resolved_mapping(OmegaConf.load(cfg_file))
+                loaded = _resolved_mapping(OmegaConf.create(text))
             except (YAMLError, OmegaConfBaseException, UnicodeDecodeError, ValueError) as exc:
                 raise ConfigError(
                     f"{cfg_file} is not a readable run config ({str(exc).splitlines()[0]}): "
@@ -97,7 +103,17 @@ def load_run_config(run: str | Path) -> dict[str, Any]:
                     f"{cfg_file} is not a myriad run config (no env section): restore it or "
                     "start a new run"
                 )
+            from myriad.utils.validation import check_saved_config
+
+            kind = next((k for k, marker in _KIND_MARKERS.items() if marker in loaded), None)
+            if kind is not None:
+                check_saved_config(loaded, kind, str(cfg_file))
             return loaded
+    if vacant(path):
+        raise FileNotFoundError(
+            f"{path} holds no run yet (it was stopped before writing its config.yaml): start it "
+            f"again with the same command and --run-dir {path}"
+        )
     raise FileNotFoundError(f"no config.yaml found for run {run}: give a run folder or checkpoint")
 
 
@@ -162,7 +178,16 @@ def output_folder(
     Raises:
         RunFolderError: ``run_dir`` already holds files and ``overwrite`` is false, or
             ``overwrite`` is asked for a non-empty folder that is not a myriad run.
+        ConfigError: two paths of the run collide, or one leaves the run folder
+            (:func:`myriad.utils.ownership.check_run_paths`).
     """
+    from myriad.utils.ownership import check_run_paths
+
+    # Before anything is created: a refused layout leaves no folder behind.
+    check_run_paths(
+        run_folder(resume) if resume is not None else Path(run_dir or cfg.get("run_dir") or "run"),
+        cfg,
+    )
     if resume is not None:
         return run_folder(resume)
     if run_dir or cfg.get("run_dir"):
@@ -175,7 +200,10 @@ def claim_folder(path: Path, overwrite: bool = False) -> Path:
     ``overwrite`` (then it must be a myriad run folder, and its content is deleted)."""
     import shutil
 
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    from myriad.utils.ownership import check_new_run_dir
+
+    check_new_run_dir(path)
+    if path.exists() and not vacant(path):
         if not overwrite:
             raise RunFolderError(
                 f"{path} already holds a run or other files: continue it with --resume {path}, "
@@ -186,17 +214,26 @@ def claim_folder(path: Path, overwrite: bool = False) -> Path:
                 f"--overwrite replaces only myriad run folders, and {path} has no config.yaml: "
                 "choose another --run-dir"
             )
-        shutil.rmtree(path)
+        from myriad.utils.runlock import RunLock
+
+        with RunLock(path, "overwrite"):  # never the folder of a run in progress
+            shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
+def vacant(path: Path) -> bool:
+    """Whether ``path`` is a folder without any file but a run's lock file (in empty
+    folders): what a run stopped before writing its config leaves, and what a new run may use."""
+    return path.is_dir() and not any(p.is_file() and p != path / LOCK_NAME for p in path.rglob("*"))
+
+
 def release_folder(path: Path) -> None:
-    """Remove a run folder that a failed start left without any file (empty folders only)."""
-    if not path.is_dir() or any(p.is_file() for p in path.rglob("*")):
+    """Remove a run folder that a failed start left without any file (:func:`vacant`)."""
+    if not vacant(path):
         return
     for sub in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        sub.rmdir()
+        sub.unlink() if sub.is_file() else sub.rmdir()
     path.rmdir()
 
 

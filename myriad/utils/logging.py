@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -75,10 +74,12 @@ class ScalarLogger:
         }
 
     def write_summary(self, path: str | os.PathLike[str], **extra: Any) -> Path:
-        """Atomically write ``{**extra, "scalars": latest values}`` as JSON (NaN -> null)."""
+        """Atomically write ``{**extra, "scalars": latest values}`` as JSON (NaN -> null), with
+        its digest (:func:`myriad.utils.digest.summary_text`)."""
         latest = {k: (v if math.isfinite(v) else None) for k, v in self.latest().items()}
-        text = json.dumps({**extra, "scalars": latest}, indent=2, sort_keys=True, default=str)
-        return atomic_write_text(path, text + "\n")
+        from myriad.utils.digest import summary_text
+
+        return atomic_write_text(path, summary_text({**extra, "scalars": latest}))
 
     def plot(
         self, directory: str | os.PathLike[str], prefixes: tuple[str, ...] | None = None

@@ -167,3 +167,73 @@ def check_config(config: Mapping[str, Any], reference: Mapping[str, Any]) -> Non
     check_types(config, reference)
     check_ranges(config)
     check_device(str(config.get("device", "cpu")))
+
+
+def _packaged_kinds(kind: str) -> dict[str, set[str]]:
+    """Every dotted key of ``configs/<kind>.yaml`` and of every option of its config groups,
+    with the types their packaged values have (a key may differ between options, e.g. an env's
+    options)."""
+    from omegaconf import OmegaConf
+
+    from myriad.utils.config import config_dir
+
+    root = config_dir()
+    kinds: dict[str, set[str]] = {}
+
+    def add(mapping: Any, prefix: str = "") -> None:
+        if not isinstance(mapping, Mapping):
+            return
+        for key, value in flatten_config(mapping).items():
+            name = f"{prefix}{key}"
+            found = _kind(value)
+            if found is not None:
+                kinds.setdefault(name, set()).add(found)
+            # Every section above a key must stay a mapping.
+            parts = name.split(".")
+            for depth in range(1, len(parts)):
+                kinds.setdefault(".".join(parts[:depth]), set()).add("mapping")
+
+    main = OmegaConf.to_container(OmegaConf.load(root / f"{kind}.yaml"), resolve=False)
+    if isinstance(main, dict):
+        main.pop("defaults", None)
+        add(main)
+    for group in sorted(p for p in root.iterdir() if p.is_dir()):
+        for option in sorted(group.glob("*.yaml")):
+            text = option.read_text()
+            loaded = OmegaConf.to_container(OmegaConf.create(text), resolve=False)
+            add(loaded, "" if "@package _global_" in text else f"{group.name}.")
+    return kinds
+
+
+_KINDS_CACHE: dict[str, dict[str, set[str]]] = {}
+
+
+def check_saved_config(config: Mapping[str, Any], kind: str, source: str) -> None:
+    """Check a config read from disk (a run's ``config.yaml``) as overrides are checked: every
+    key the packaged configs know keeps one of their types, every section stays a mapping, and
+    ranges hold. Messages name ``source`` and the key.
+
+    Raises:
+        ConfigError: ``"<source>: <key>=<value> must be ..."``.
+    """
+    if kind not in _KINDS_CACHE:
+        _KINDS_CACHE[kind] = _packaged_kinds(kind)
+    kinds = _KINDS_CACHE[kind]
+    flat = flatten_config(config)
+    # Sections replaced by a scalar show up as a flat key that the packaged configs nest under.
+    for key, value in flat.items():
+        allowed = kinds.get(key)
+        if not allowed or (value is None and "mapping" not in allowed):
+            continue
+        if isinstance(value, Mapping) and not value and "mapping" in allowed:
+            continue
+        if not any(_fits(k, value) for k in allowed):
+            wanted = " or ".join(sorted(_KIND_WORDS[k] for k in allowed))
+            raise ConfigError(
+                f"{source}: {key}={value!r} must be {wanted}; fix the key in the file, or start "
+                "a new run"
+            )
+    try:
+        check_ranges(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}; fix the key in the file, or start a new run") from exc

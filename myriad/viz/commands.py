@@ -31,6 +31,11 @@ def add_render_parser(sub: Any) -> argparse.ArgumentParser:
     render.add_argument("--max-steps", type=int, help="cut episodes after this many steps")
     render.add_argument("--seed", type=int, help="env and action seed (default: the run's)")
     render.add_argument("--out", help="output folder (default RUN/videos)")
+    render.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace videos in --out that myriad render did not write (never a run's files)",
+    )
     render.add_argument("--device", default="cpu")
     return render
 
@@ -44,6 +49,11 @@ def add_report_parser(sub: Any) -> argparse.ArgumentParser:
     )
     report.add_argument("run", metavar="RUN", help="run folder (pretrain or finetune)")
     report.add_argument("--out", help="output file (default RUN/report.html)")
+    report.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an --out that is not a myriad report (never a run's files)",
+    )
     report.add_argument(
         "--no-render", action="store_true", help="do not record videos when the run has none"
     )
@@ -84,7 +94,7 @@ def run_render(args: argparse.Namespace) -> int:
     }
     if args.seed is not None:
         options["seed"] = args.seed
-    result = render_run(args.run, args.out, **options)
+    result = render_run(args.run, args.out, overwrite=bool(args.overwrite), **options)
     print(f"population  {result.grid}  ({result.frames[result.grid]} frames, {result.fps:g} fps)")
     for member, path in result.members.items():
         print(f"member {member:<3} {path}  ({result.frames[path]} frames)")
@@ -103,6 +113,7 @@ def run_report(args: argparse.Namespace) -> int:
         fmt=args.format,
         max_steps=args.max_steps,
         device=args.device,
+        overwrite=bool(args.overwrite),
     )
     print(f"report  {path}  ({path.stat().st_size / 1e6:.1f} MB, self-contained)")
     return 0

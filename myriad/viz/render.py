@@ -9,8 +9,10 @@ for a population in memory (training-time videos).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,10 @@ import torch
 
 from myriad.envs import make_from_config
 from myriad.nn.population import PopulationActorCritic
+from myriad.utils.checkpoint import atomic_write_text
 from myriad.utils.config import ConfigError, run_folder
+from myriad.utils.ownership import claim_output
+from myriad.utils.runlock import RunLock
 from myriad.viz.painters import make_painter
 from myriad.viz.rollout import Recording, record_episodes
 from myriad.viz.video import GridComposer, VideoWriter, check_format
@@ -186,18 +191,53 @@ def _write_videos(
 def render_run(
     source: str | os.PathLike[str],
     out_dir: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
     **options: Any,
 ) -> RenderResult:
     """Videos of the population saved at ``source`` (a run folder of ``myriad pretrain`` or
     ``myriad finetune``, its ``checkpoints/`` folder, or a checkpoint file), written to
     ``out_dir`` (default: ``<run>/videos``). ``options`` are those of
-    :func:`render_population` (the seed defaults to the run's)."""
+    :func:`render_population` (the seed defaults to the run's).
+
+    Raises:
+        OwnershipError: ``out_dir`` is a file or folder of a run, or a video to write exists
+            and was not written by render (unless ``overwrite``;
+            :func:`myriad.utils.ownership.claim_output`)."""
     from myriad.rl.saved_population import load_population
 
     pre = load_population(source)
-    if out_dir is None:
-        folder = run_folder(pre.path)
-        root = folder if (folder / "config.yaml").is_file() else pre.path.parent
-        out_dir = root / "videos"
+    folder = run_folder(pre.path)
+    root = folder if (folder / "config.yaml").is_file() else pre.path.parent
+    default = root / "videos"
+    out = Path(out_dir) if out_dir is not None else default
     options.setdefault("seed", int(pre.config.get("seed", 0)))
-    return render_population(pre.model, pre.env, out_dir, **options)
+    fmt = str(options.get("fmt", "mp4"))
+    chosen = parse_members(options.get("members"), pre.model.num_members)
+    names = [f"population.{fmt}"]
+    if options.get("per_member", True):
+        names += [f"member_{m:02d}.{fmt}" for m in dict.fromkeys(chosen)]
+    # The run's own videos/ folder is render's; elsewhere, only the files render listed.
+    ours = _rendered(out) | (set(names) if out.resolve() == default.resolve() else set())
+    claim_output(out, "render", overwrite=overwrite, made_by_command=Path.is_dir)
+    for name in names:
+        claim_output(
+            out / name, "render", overwrite=overwrite, made_by_command=lambda p: p.name in ours
+        )
+    # Into a run's folder only while no other process trains it.
+    inside = root.resolve() in (out.resolve(), *out.resolve().parents)
+    with RunLock(root, "render") if inside and (root / "config.yaml").is_file() else nullcontext():
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / RENDER_MARKER, json.dumps(sorted(ours | set(names))))
+        return render_population(pre.model, pre.env, out, **options)
+
+
+#: The list of the videos ``myriad render`` wrote into a folder: only those it replaces.
+RENDER_MARKER = ".myriad-render.json"
+
+
+def _rendered(folder: Path) -> set[str]:
+    try:
+        names = json.loads((folder / RENDER_MARKER).read_text())
+    except (OSError, ValueError):
+        return set()
+    return {str(n) for n in names} if isinstance(names, list) else set()

@@ -20,6 +20,9 @@ from typing import Any
 
 from myriad.utils.checkpoint import atomic_write_text
 from myriad.utils.config import load_run_config, run_folder
+from myriad.utils.digest import CONFIG_PREFIX, read_config_text, read_summary
+from myriad.utils.ownership import claim_output
+from myriad.utils.runlock import RunLock
 
 MIME = {".png": "image/png", ".gif": "image/gif", ".mp4": "video/mp4"}
 #: Training videos embedded at most (evenly spaced over the run, the last one included).
@@ -151,11 +154,25 @@ def _describe(config: Mapping[str, Any], summary: Mapping[str, Any]) -> str:
     return " · ".join(html.escape(str(p)) for p in parts)
 
 
+#: Marks a page as written by ``myriad report``: only such a page is replaced without
+#: ``--overwrite``.
+GENERATOR = '<meta name="generator" content="myriad report">'
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` is a page written by ``myriad report``."""
+    try:
+        with open(path, "rb") as f:
+            return GENERATOR.encode() in f.read(4096)
+    except OSError:
+        return False
+
+
 def build_html(run_dir: Path) -> str:
     """The report page of ``run_dir`` from what the folder holds now."""
     config = load_run_config(run_dir)
     summary_file = run_dir / "summary.json"
-    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    summary = read_summary(summary_file) if summary_file.is_file() else {}
     plots_dir = run_dir / "plots"
     plots = sorted(plots_dir.glob("*.png"), key=_plot_key) if plots_dir.is_dir() else []
     grid, members, train = _videos(run_dir / "videos")
@@ -195,13 +212,15 @@ def build_html(run_dir: Path) -> str:
         sections.append(
             '<div class="gallery">' + "".join(_media(p, p.stem) for p in plots) + "</div>"
         )
-    config_text = (run_dir / "config.yaml").read_text()
+    config_text = read_config_text(run_dir / "config.yaml")
+    if config_text.startswith(CONFIG_PREFIX):
+        config_text = config_text.partition("\n")[2]
     sections.append(f"<h2>Config</h2><pre>{html.escape(config_text)}</pre>")
     body = "\n".join(sections)
     return (
         "<!DOCTYPE html>\n"
-        f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(run_dir.name)}'
-        f"</title><style>{_STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
+        f'<html lang="en"><head><meta charset="utf-8">{GENERATOR}'
+        f"<title>{html.escape(run_dir.name)}</title><style>{_STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
     )
 
 
@@ -215,6 +234,7 @@ def write_report(
     fmt: str = "mp4",
     max_steps: int | None = None,
     device: str = "cpu",
+    overwrite: bool = False,
 ) -> Path:
     """Write the report of ``run`` (a run folder or one of its checkpoints) to ``out`` (default
     ``<run>/report.html``); returns its path.
@@ -223,20 +243,31 @@ def write_report(
         render: record the videos first when the run has no population video.
         behaviour: write the behaviour figures first when ``plots/`` has none.
         episodes, fmt, max_steps, device: of the recording made for the missing pieces.
+        overwrite: replace an existing ``out`` that is not a report of myriad (never a run's
+            own files).
 
     Raises:
         FileNotFoundError: ``run`` holds no run (``config.yaml``).
+        OwnershipError: ``out`` is a file of a run, or exists and is not a report.
+        ConfigError: the run's config or summary is unreadable or fails its check.
     """
     run_dir = run_folder(run)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"no run at {run}: expected a run folder holding config.yaml")
+    target = Path(out) if out is not None else run_dir / "report.html"
+    # Everything that can refuse is checked before anything is written into the run.
+    claim_output(target, "report", overwrite=overwrite, made_by_command=is_report)
+    load_run_config(run_dir)
+    if (run_dir / "summary.json").is_file():
+        read_summary(run_dir / "summary.json")
     grid, _, _ = _videos(run_dir / "videos")
     needs_videos = render and not grid
     needs_plots = behaviour and not (run_dir / "plots" / "behaviour_embedding.png").is_file()
-    if needs_videos or needs_plots:
-        _make_missing(run_dir, needs_videos, needs_plots, episodes, fmt, max_steps, device)
-    target = Path(out) if out is not None else run_dir / "report.html"
-    atomic_write_text(target, build_html(run_dir))
+    # Videos and plots go into the run: never while another process trains it.
+    with RunLock(run_dir, "report"):
+        if needs_videos or needs_plots:
+            _make_missing(run_dir, needs_videos, needs_plots, episodes, fmt, max_steps, device)
+        atomic_write_text(target, build_html(run_dir))
     return target
 
 
