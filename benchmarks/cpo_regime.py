@@ -69,6 +69,8 @@ TASKS: dict[str, list[str]] = {
     # The maze's far goal with a sparse reward: +1 and the end of the episode on reaching it.
     "maze-far": ["env=maze", "task=sparse"],
     "three-routes": ["env=three_routes", "task=sparse"],
+    # The 12 x 12-cell maze: the goal 168 cells away, many dead ends.
+    "big-maze": ["env=big_maze", "task=sparse"],
 }
 
 

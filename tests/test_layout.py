@@ -54,3 +54,20 @@ def test_bad_character_and_ragged_rows():
 def test_unknown_layout_lists_builtins():
     with pytest.raises(LayoutError, match="maze"):
         Layout.load("no_such_layout")
+
+
+def test_big_maze_route_is_168_cells_by_an_independent_search():
+    from collections import deque
+
+    lay = Layout.load("big_maze")
+    start, goal = lay.starts[0], lay.goals[0]
+    # Breadth-first search over the map's floor cells, written here.
+    seen, queue = {start: 0}, deque([start])
+    while queue:
+        r, c = queue.popleft()
+        for nr, nc in ((r + 1, c), (r - 1, c), (r, c + 1), (r, c - 1)):
+            if lay.reachable[nr, nc] and (nr, nc) not in seen:
+                seen[(nr, nc)] = seen[(r, c)] + 1
+                queue.append((nr, nc))
+    assert seen[goal] == 168 and len(seen) == 287
+    assert lay.distances_from(start)[goal] == 168

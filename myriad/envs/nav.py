@@ -326,6 +326,11 @@ _LAYOUT_DEFAULTS = {
     "nav-u-maze": ("u_maze", 100, "a small U-shaped corridor"),
     "nav-maze": ("maze", 400, "an 8 x 8-cell maze (17 x 17 map), goal in the far corner"),
     "nav-three-routes": ("three_routes", 200, "three corridors of 24 cells from start to goal"),
+    "nav-big-maze": (
+        "big_maze",
+        600,
+        "a 12 x 12-cell maze (25 x 25 map), goal 168 cells away in the far corner, many dead ends",
+    ),
 }
 for _name, (_layout, _steps, _desc) in _LAYOUT_DEFAULTS.items():
     register(
