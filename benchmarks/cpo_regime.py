@@ -71,6 +71,8 @@ TASKS: dict[str, list[str]] = {
     "three-routes": ["env=three_routes", "task=sparse"],
     # The 12 x 12-cell maze: the goal 168 cells away, many dead ends.
     "big-maze": ["env=big_maze", "task=sparse"],
+    # HalfCheetah's own reward (score: the leader's return).
+    "halfcheetah": ["env=halfcheetah", "task=native"],
 }
 
 
@@ -211,6 +213,7 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
     }
     final = summary.get("final_eval") or {}
     success = [v for _, v in curve["success"]]
+    returns = [v for _, v in curve["return"]]
     budget = pretrained_steps + iterations(args, pretrained_steps) * per_iteration
     reached = [s for s, v in curve["success"] if v >= 0.5]
     record = {
@@ -232,6 +235,7 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         "final_success": float(final.get("eval/leader_success", success[-1] if success else 0.0)),
         "final_return": float(final.get("eval/leader_return", 0.0)),
         "auc_success": float(np.mean(success)) if success else 0.0,
+        "auc_return": float(np.mean(returns)) if returns else 0.0,
         "steps_to_half": reached[0] if reached else budget,
         "steps_per_second": summary.get("steps_per_second"),
         "wall_s_this_process": time.perf_counter() - started,
@@ -259,13 +263,16 @@ def summarize(folder: Path, reps: int) -> dict[str, Any]:
         "num_envs": sorted({r["num_envs"] for r in records}),
         "commits": sorted({r["commit"] for r in records}),
     }
-    for metric in ("final_success", "auc_success", "steps_to_half", "final_return"):
+    for metric in ("final_success", "auc_success", "steps_to_half", "final_return", "auc_return"):
         scores = {
             a: np.array([[r[metric]] for r in records if r["algo"] == a], dtype=float)
             for a in algos
         }
         out[metric] = iqm_and_mean(scores, reps)
-    out["curves"] = {a: [r["curve"]["success"] for r in records if r["algo"] == a] for a in algos}
+    out["score"] = "return" if records[0]["task"] == "halfcheetah" else "success"
+    out["curves"] = {
+        a: [r["curve"][out["score"]] for r in records if r["algo"] == a] for a in algos
+    }
     path = write_json(folder.with_suffix(".json"), out)
     plot(out, folder.with_suffix(".png"))
     print(f"wrote {path}")
@@ -288,15 +295,15 @@ def plot(summary: dict[str, Any], path: Path) -> None:
         ax.plot(steps[:n], values.mean(axis=0), label=f"{algo} ({len(curves)} seeds)")
         ax.fill_between(steps[:n], values.min(axis=0), values.max(axis=0), alpha=0.2)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("leader success (deterministic)")
+    ax.set_ylabel(f"leader {summary['score']} (deterministic)")
     ax.legend()
-    final = summary["final_success"]
+    final = summary[f"final_{summary['score']}"]
     names = list(final)
     iqm = [final[a]["iqm"] for a in names]
     low = [final[a]["iqm"] - final[a]["iqm_ci95"][0] for a in names]
     high = [final[a]["iqm_ci95"][1] - final[a]["iqm"] for a in names]
     bars.bar(names, iqm, yerr=[low, high], capsize=4)
-    bars.set_ylabel("final success, IQM and 95% CI")
+    bars.set_ylabel(f"final {summary['score']}, IQM and 95% CI")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
