@@ -15,6 +15,7 @@ are stopped at the end when this test started them.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -57,7 +58,8 @@ def slurm():
 
 
 def _sbatch(script: Path, folder: Path, options: list[str], args: list[str], env: dict) -> str:
-    """Submit ``script`` and wait for it; returns the job's output (asserting it succeeded)."""
+    """Submit ``script`` and wait for it; returns the job's output (asserting it succeeded).
+    Removes the job's Ray folder (``/tmp/ray-myriad-JOBID``, docs/examples/slurm_ray.sh)."""
     output = folder / "job.out"
     command = [
         "sbatch",
@@ -73,6 +75,9 @@ def _sbatch(script: Path, folder: Path, options: list[str], args: list[str], env
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
     log = output.read_text() if output.exists() else ""
+    job = re.search(r"Submitted batch job (\d+)", done.stdout)
+    if job:
+        shutil.rmtree(f"/tmp/ray-myriad-{job.group(1)}", ignore_errors=True)
     assert done.returncode == 0, f"{done.stderr}\n{log[-4000:]}"
     return log
 
