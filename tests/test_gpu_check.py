@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from myriad.bench import gpu
-from myriad.envs import make
 
 CHEAP_STAGES = "nav_envs,pretrain,knn,cpo_finetune"
 
@@ -79,16 +78,6 @@ def test_exact_recall_counts_shared_neighbours_per_row() -> None:
     found = torch.tensor([[1, 2, 3], [4, 5, 6]])
     exact = torch.tensor([[3, 2, 1], [4, 9, 8]])
     assert gpu.exact_recall(found, exact) == pytest.approx((3 / 3 + 1 / 3) / 2)
-
-
-def test_trajectory_gap_is_zero_for_twins_and_locates_a_divergence() -> None:
-    twin_a, twin_b = make("nav-maze", 8), make("nav-maze", 8)
-    same = gpu.trajectory_gap(twin_a, twin_b, steps=5)
-    assert same["obs"] == same["reward"] == same["reset_obs"] == 0.0
-    assert same["per_step"] == [0.0] * 5
-    slow = make("nav-maze", 8, max_speed=0.2)
-    differs = gpu.trajectory_gap(twin_a, slow, steps=5)
-    assert differs["reset_obs"] == 0.0 and all(g > 0 for g in differs["per_step"])
 
 
 def test_junit_counts_and_one_line_errors(tmp_path: Path) -> None:

@@ -196,3 +196,21 @@ def compare_capsule_frames(cpu, warp, seen: dict[str, int]) -> None:
                 )
                 assert not np.allclose(tangent_cpu, [0.0, 1.0, 0.0], atol=1e-2)
                 seen["near_vertical"] += 1
+
+
+def test_gpu_check_stage_runs_on_warps_cpu_device(tmp_path):
+    """The GPU check's MuJoCo Warp stage (throughput and step-by-step agreement on HalfCheetah and
+    elliptic-cone Ant) on Warp's CPU device at small sizes: it passes and records its figures."""
+    import json
+
+    from myriad.bench import gpu
+
+    out = tmp_path / "gpu.json"
+    status = gpu.main(["--device", "cpu", "--small", "--stages", "mujoco_warp", "--out", str(out)])
+    stage = json.loads(out.read_text())["stages"]["mujoco_warp"]
+    assert status == 0 and stage["status"] == "ok", stage["error"]
+    robots = [a["robot"] for a in stage["figures"]["agreement"]]
+    assert robots == ["halfcheetah", "ant"]
+    for a in stage["figures"]["agreement"]:
+        assert a["share_over_tolerance"] <= 0.01 and a["max_gap"] >= 0.0
+    assert all(r["steps_per_s"] > 0 for r in stage["figures"]["throughput"])
