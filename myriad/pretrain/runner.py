@@ -201,6 +201,10 @@ class PretrainRunner(OnPolicyRunner):
             self.env.device,
             **dict(cfg["env"].get("options") or {}),
         )
+        self.status(
+            f"final evaluation: {episodes} episode(s) in each of {len(self.member):,} envs "
+            f"({episodes * env.max_episode_steps} steps), entropy and coverage"
+        )
         seed = stream_seed(int(cfg["seed"]), "evaluation")  # never the training envs' episodes
         gen = make_generator(seed, env.device)
         obs = env.reset(seed=seed)
@@ -224,6 +228,7 @@ class PretrainRunner(OnPolicyRunner):
         result.update({f"eval_{k.replace('/', '_')}": v for k, v in measurement.scalars().items()})
         if not self.plots:
             return result
+        self.status(f"writing the coverage map and behaviour plots into {self.plots_dir}")
         walls = getattr(self.env, "layout", None)
         coverage_map(
             self.plots_dir / "coverage_map.png",
@@ -247,6 +252,8 @@ class PretrainRunner(OnPolicyRunner):
 
     def finish(self) -> dict[str, Any]:
         """Close the dataset, evaluate, write plots and ``summary.json``; returns the summary."""
+        if self.dataset is not None:
+            self.status(f"closing the dataset {self.dataset.path}")
         dataset = self.dataset.finish(self.iteration_count) if self.dataset is not None else None
         fault_point("run.dataset_finished")
         result = self.evaluate(int(self.config["eval"]["episodes"]))

@@ -39,6 +39,7 @@ from myriad.utils.checkpoint import (
     save_checkpoint,
 )
 from myriad.utils.config import output_folder, release_folder
+from myriad.utils.console import ConsoleReport
 from myriad.utils.faults import fault_point
 from myriad.utils.logging import ScalarLogger, to_float
 
@@ -72,6 +73,10 @@ class RunnerBase(abc.ABC):
         checkpoint_every: save every this many iterations (0: only when ``learn`` ends).
         keep_checkpoints: keep only the newest this many checkpoints (None: keep all).
         plots: write ``plots/`` when ``learn`` returns.
+        console_every: iterations between blocks of key figures on stdout (0: by time).
+        console_every_s: with ``console_every`` 0, seconds between blocks (0: no blocks). The
+            blocks and status lines are printed when ``progress`` is on, on a terminal and
+            into a log file alike (:mod:`myriad.utils.console`).
     """
 
     #: Dotted config keys (``fnmatch`` patterns) that may differ between a checkpoint and the
@@ -94,6 +99,10 @@ class RunnerBase(abc.ABC):
         "*.plots",
         "tensorboard",
         "*.tensorboard",
+        "console",
+        "console.*",
+        "logger",
+        "logger.*",
         "run_dir",
         "*.run_dir",
         "resume",
@@ -113,6 +122,8 @@ class RunnerBase(abc.ABC):
         checkpoint_every: int = 0,
         keep_checkpoints: int | None = None,
         plots: bool = True,
+        console_every: int = 0,
+        console_every_s: float = 10.0,
     ) -> None:
         self.config: dict[str, Any] = plain_config(config if config is not None else {})
         self.run_dir = Path(run_dir)
@@ -125,6 +136,7 @@ class RunnerBase(abc.ABC):
         self.checkpoint_every = int(checkpoint_every)
         self.keep_checkpoints = keep_checkpoints
         self.plots = plots
+        self.console = ConsoleReport(progress, console_every, console_every_s)
         self.iteration_count = 0
         #: Processes the run is spread over (torchrun ranks); checkpoints resume with as many.
         self.world_size = 1
@@ -132,6 +144,8 @@ class RunnerBase(abc.ABC):
         self.wall_time = 0.0
         self._logger: ScalarLogger | None = None
         self._pending_history: dict[str, Any] | None = None
+        # (iteration, env steps, perf_counter) at the last console block and when learn began.
+        self._console_mark = self._console_start = (0, 0, time.perf_counter())
 
     # ---------------------------------------------------------------- for subclasses
 
@@ -175,6 +189,12 @@ class RunnerBase(abc.ABC):
     def write_summary(self) -> Path:
         return self.logger.write_summary(self.run_dir / "summary.json", **self.summary())
 
+    def status(self, text: str) -> None:
+        """Say on stdout what the run is doing (a step that may take a while, such as the final
+        evaluation or the plots), when ``progress`` is on."""
+        self.console.enabled = self.progress
+        self.console.status(text)
+
     def finish(self) -> dict[str, Any]:
         """End of training: write ``summary.json`` and return the summary. Runners with final
         evaluations or plots override it."""
@@ -196,7 +216,19 @@ class RunnerBase(abc.ABC):
         # leaves the run's config.yaml describing its checkpoints.
         atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.config))
         logger = self.logger
+        # Ranks other than 0 of a torchrun launch turn progress off after construction.
+        self.console.enabled = self.progress
+        if self.iteration_count < num_iterations:
+            self.status(
+                f"training {self.run_dir}: iterations {self.iteration_count + 1}-{num_iterations}"
+                f" of {self.steps_per_iteration:,} env steps each"
+            )
         bar = _ProgressBar(self.progress, self.iteration_count, num_iterations)
+        self.console.rich = bar.console
+        reported = self.iteration_count
+        # Speed over the iterations since the last block; time and ETA by the wall clock.
+        self._console_mark = (self.iteration_count, self.env_steps, time.perf_counter())
+        self._console_start = self._console_mark
         saved_at = -1
         failed = True
         try:
@@ -213,6 +245,11 @@ class RunnerBase(abc.ABC):
                 scalars["perf/env_steps"] = float(self.env_steps)
                 logger.log(self.iteration_count, scalars)
                 bar.advance(sps)
+                if self.console.due(self.iteration_count) or (
+                    self.iteration_count == num_iterations and reported != num_iterations
+                ):
+                    self._console_block(logger.latest(), num_iterations)
+                    reported = self.iteration_count
                 if self.checkpoint_every and self.iteration_count % self.checkpoint_every == 0:
                     self.save_checkpoint()
                     saved_at = self.iteration_count
@@ -221,10 +258,12 @@ class RunnerBase(abc.ABC):
             failed = False
         finally:
             bar.close()
+            self.console.rich = None
             try:
                 logger.flush()
                 self.write_summary()
                 if self.plots and logger.history:
+                    self.status(f"writing the scalar plots into {self.plots_dir}")
                     logger.plot(self.plots_dir)
             except Exception:
                 # After a failure (a full disk, say) the summary and plots may fail for the same
@@ -232,6 +271,18 @@ class RunnerBase(abc.ABC):
                 if not failed:
                     raise
         return logger.latest()
+
+    def _console_block(self, scalars: Mapping[str, float], total: int) -> None:
+        now = time.perf_counter()
+        _, steps0, t0 = self._console_mark
+        start_it, _, start_t = self._console_start
+        sps = (self.env_steps - steps0) / (now - t0) if now > t0 else 0.0
+        done = self.iteration_count - start_it
+        eta = (now - start_t) / done * (total - self.iteration_count) if done else 0.0
+        self.console.block(
+            scalars, self.iteration_count, total, self.env_steps, now - start_t, sps, eta
+        )
+        self._console_mark = (self.iteration_count, self.env_steps, now)
 
     def close(self) -> None:
         if self._logger is not None:
@@ -412,6 +463,12 @@ class _ProgressBar:
         )
         self._task = self._progress.add_task("train", total=total, completed=done, sps=0.0)
         self._progress.start()
+
+    @property
+    def console(self) -> Any:
+        """The bar's rich console while the bar is shown (lines printed through it appear
+        above the bar), else None."""
+        return self._progress.console if self._progress is not None else None
 
     def advance(self, steps_per_second: float) -> None:
         if self._progress is not None:
