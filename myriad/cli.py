@@ -8,6 +8,9 @@ myriad export RUN --format F     convert a run's dataset (hdf5 | zarr | minari),
 myriad dataset info|validate P   summarise or check a dataset of any format
 myriad render RUN [--members]    videos of every member and of the population (RUN/videos)
 myriad report RUN                one self-contained HTML page of a run (RUN/report.html)
+myriad eval RUN [--members ...]  per-member return, success, length with 95% CIs (RUN/eval.json)
+myriad export-policy RUN         a deployable policy (ONNX | TorchScript) with its metadata
+myriad sweep summarize SWEEP     the table of a sweep's runs (pretrain/finetune -m a=1,2 ...)
 """
 
 from __future__ import annotations
@@ -295,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_render_parser(sub)
     add_report_parser(sub)
+    from myriad.tools import add_parsers
+
+    add_parsers(sub)  # eval, export-policy, sweep (myriad.tools)
     return parser
 
 
@@ -397,7 +403,12 @@ def _dispatch(argv: list[str]) -> int:
         "render": lambda: _viz_command("run_render", args),
         "report": lambda: _viz_command("run_report", args),
     }
-    if rest and args.command not in ("bench", "pretrain", "finetune"):
+    from myriad.tools import COMMANDS, TAKES_OVERRIDES
+    from myriad.tools import run as run_tool
+
+    for name in COMMANDS:
+        handlers[name] = lambda name=name: run_tool(name, args, rest)  # type: ignore[misc]
+    if rest and args.command not in ("bench", "pretrain", "finetune", *TAKES_OVERRIDES):
         parser.error(f"unrecognised arguments: {' '.join(rest)}")
     return handlers[args.command]()
 
