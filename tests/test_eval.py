@@ -12,18 +12,6 @@ from myriad.cli import main
 from myriad.rl.saved_population import load_population
 from myriad.tools.evaluate import mean_interval, wilson_interval
 from myriad.viz.rollout import record_episodes
-from tests.conftest import TINY_FINETUNE
-
-
-@pytest.fixture(scope="module")
-def tiny_finetune(tiny_pretrain, tmp_path_factory):
-    from myriad.finetune import finetune
-
-    folder = tmp_path_factory.mktemp("eval_finetune") / "run"
-    overrides = [o for o in TINY_FINETUNE if "_hidden" not in o]  # --init brings the networks
-    overrides += ["num_envs=16", "iterations=2", "env=four_rooms", "init.episodes=2"]
-    finetune("cpo", overrides, init=tiny_pretrain.path, run_dir=folder, quiet=True)
-    return folder
 
 
 @pytest.mark.parametrize("n", [2, 5, 40])
@@ -85,19 +73,19 @@ def test_eval_pretraining_run_on_a_task(tiny_pretrain, tmp_path, capsys):
         assert row["success"]["n"] == 3
 
 
-def test_eval_finetuning_run_leader_and_default_output(tiny_finetune, capsys):
-    assert main(["eval", str(tiny_finetune), "--members", "leader", "--episodes", "2"]) == 0
-    result = json.loads((tiny_finetune / "eval.json").read_text())
+def test_eval_finetuning_run_leader_and_default_output(tiny_cpo, capsys):
+    assert main(["eval", str(tiny_cpo), "--members", "leader", "--episodes", "2"]) == 0
+    result = json.loads((tiny_cpo / "eval.json").read_text())
     assert result["kind"] == "finetune"
     (row,) = result["members"]
     assert row["member"] == 0 and row["leader"] is True
     assert 0.0 <= row["success"]["low"] <= row["success"]["mean"] <= row["success"]["high"] <= 1
     assert "(leader)" in capsys.readouterr().out
     # The file exists now: refused without --overwrite, replaced with it.
-    assert main(["eval", str(tiny_finetune), "--episodes", "2"]) == 2
+    assert main(["eval", str(tiny_cpo), "--episodes", "2"]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert main(["eval", str(tiny_finetune), "--episodes", "2", "--sample", "--overwrite"]) == 0
-    result = json.loads((tiny_finetune / "eval.json").read_text())
+    assert main(["eval", str(tiny_cpo), "--episodes", "2", "--sample", "--overwrite"]) == 0
+    result = json.loads((tiny_cpo / "eval.json").read_text())
     assert result["deterministic"] is False and len(result["members"]) == 4
 
 

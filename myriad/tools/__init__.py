@@ -14,6 +14,7 @@ from typing import Any
 #: Subcommand -> module; each module defines ``add_parser(sub)`` and ``run(args, rest) -> int``.
 COMMANDS: dict[str, str] = {
     "eval": "myriad.tools.evaluate",
+    "export-policy": "myriad.tools.export_policy",
 }
 #: Subcommands whose extra arguments are overrides (``key=value``) rather than errors.
 TAKES_OVERRIDES: tuple[str, ...] = ("eval",)
