@@ -99,6 +99,10 @@ def _check_envs(args: argparse.Namespace) -> int:
 
 
 def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
+    if args.multirun or args.cfg:  # a sweep, or the resolved config (myriad.tools.sweep)
+        from myriad.tools.sweep import launch
+
+        return launch("pretrain", args, overrides)
     from myriad.pretrain.api import pretrain
 
     pretrain(overrides, resume=args.resume, run_dir=args.run_dir, overwrite=args.overwrite)
@@ -106,6 +110,10 @@ def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def _cmd_finetune(args: argparse.Namespace, overrides: list[str]) -> int:
+    if args.multirun or args.cfg:  # a sweep, or the resolved config (myriad.tools.sweep)
+        from myriad.tools.sweep import launch
+
+        return launch("finetune", args, overrides)
     from myriad.finetune.api import finetune
 
     finetune(
@@ -235,10 +243,15 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("--steps", type=_positive_int, default=64)
     envs.add_argument("--seed", type=int, default=0)
 
+    from myriad.tools.sweep import add_run_options, config_help
+
     pre = sub.add_parser(
         "pretrain",
         help="K-Myriad pretraining; arguments are Hydra overrides (population.size=16 ...)",
+        epilog=config_help("pretrain"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_run_options(pre)
     pre.add_argument("--resume", metavar="RUN", help="run folder or checkpoint to continue")
     pre.add_argument("--run-dir", help="run folder (default runs/pretrain/<env>-<time>)")
     pre.add_argument(
@@ -249,7 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
         "finetune",
         help="finetune a leader and followers on a task reward (cpo, sapg, ppo, pbt); "
         "arguments are Hydra overrides (task=dense algo.kl_preset=high ...)",
+        epilog=config_help("finetune"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_run_options(fine)
     fine.add_argument("--algo", help="cpo | sapg | ppo | pbt (default: cpo)")
     fine.add_argument(
         "--init", metavar="RUN_OR_CHECKPOINT", help="start from a pretrained population"

@@ -15,6 +15,7 @@ from typing import Any
 COMMANDS: dict[str, str] = {
     "eval": "myriad.tools.evaluate",
     "export-policy": "myriad.tools.export_policy",
+    "sweep": "myriad.tools.sweep",
 }
 #: Subcommands whose extra arguments are overrides (``key=value``) rather than errors.
 TAKES_OVERRIDES: tuple[str, ...] = ("eval",)
