@@ -253,7 +253,8 @@ class PretrainRunner(OnPolicyRunner):
     def finish(self) -> dict[str, Any]:
         """Close the dataset, evaluate, write plots and ``summary.json``; returns the summary."""
         if self.dataset is not None:
-            self.status(f"closing the dataset {self.dataset.path}")
+            where = getattr(self.dataset, "path", None)  # torchrun ranks send rows to rank 0
+            self.status("closing the dataset" + (f" {where}" if where is not None else ""))
         dataset = self.dataset.finish(self.iteration_count) if self.dataset is not None else None
         fault_point("run.dataset_finished")
         result = self.evaluate(int(self.config["eval"]["episodes"]))

@@ -100,6 +100,8 @@ def runner_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "keep_checkpoints": cfg.get("keep_checkpoints"),
         "console_every": int((cfg.get("console") or {}).get("every", 0)),
         "console_every_s": float((cfg.get("console") or {}).get("every_s", 10.0)),
+        "logger": str(cfg.get("logger", "tensorboard")),
+        "wandb": dict(cfg.get("wandb") or {}),
     }
 
 

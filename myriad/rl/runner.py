@@ -41,7 +41,9 @@ from myriad.utils.checkpoint import (
 from myriad.utils.config import output_folder, release_folder
 from myriad.utils.console import ConsoleReport
 from myriad.utils.faults import fault_point
+from myriad.utils.loggers import make_backends, parse_backends
 from myriad.utils.logging import ScalarLogger, to_float
+from myriad.utils.optional import require
 
 
 def plain_config(config: Any) -> Any:
@@ -69,7 +71,7 @@ class RunnerBase(abc.ABC):
             ``config.yaml``, stored in checkpoints and compared on resume.
         run_dir: the run directory (created).
         progress: show a ``rich`` progress bar (only when stdout is a terminal).
-        tensorboard: write TensorBoard events.
+        tensorboard: write TensorBoard events (False drops ``tensorboard`` from ``logger``).
         checkpoint_every: save every this many iterations (0: only when ``learn`` ends).
         keep_checkpoints: keep only the newest this many checkpoints (None: keep all).
         plots: write ``plots/`` when ``learn`` returns.
@@ -77,6 +79,10 @@ class RunnerBase(abc.ABC):
         console_every_s: with ``console_every`` 0, seconds between blocks (0: no blocks). The
             blocks and status lines are printed when ``progress`` is on, on a terminal and
             into a log file alike (:mod:`myriad.utils.console`).
+        logger: the log backends, ``tensorboard`` (default), ``wandb``, ``tensorboard+wandb``
+            or ``none`` (:mod:`myriad.utils.loggers`); env steps are their x axis.
+        wandb: options of the W&B backend (``project``, ``entity``, ``mode``, ``group``,
+            ``tags``).
     """
 
     #: Dotted config keys (``fnmatch`` patterns) that may differ between a checkpoint and the
@@ -102,7 +108,8 @@ class RunnerBase(abc.ABC):
         "console",
         "console.*",
         "logger",
-        "logger.*",
+        "wandb",
+        "wandb.*",
         "run_dir",
         "*.run_dir",
         "resume",
@@ -124,6 +131,8 @@ class RunnerBase(abc.ABC):
         plots: bool = True,
         console_every: int = 0,
         console_every_s: float = 10.0,
+        logger: str = "tensorboard",
+        wandb: Mapping[str, Any] | None = None,
     ) -> None:
         self.config: dict[str, Any] = plain_config(config if config is not None else {})
         self.run_dir = Path(run_dir)
@@ -137,6 +146,10 @@ class RunnerBase(abc.ABC):
         self.keep_checkpoints = keep_checkpoints
         self.plots = plots
         self.console = ConsoleReport(progress, console_every, console_every_s)
+        self.log_backends = parse_backends(logger)  # checked here, before anything runs
+        self.wandb_options = dict(wandb or {})
+        if "wandb" in self.log_backends:
+            require("wandb", "wandb")  # missing: one line before the run starts
         self.iteration_count = 0
         #: Processes the run is spread over (torchrun ranks); checkpoints resume with as many.
         self.world_size = 1
@@ -169,8 +182,14 @@ class RunnerBase(abc.ABC):
     @property
     def logger(self) -> ScalarLogger:
         if self._logger is None:
-            purge = self.iteration_count + 1 if self.iteration_count else None
-            self._logger = ScalarLogger(self.run_dir, self.tensorboard, purge_step=purge)
+            # The backends' x axis is env steps: a resumed run hides what the interrupted one
+            # logged after its checkpoint.
+            purge = self.env_steps + 1 if self.iteration_count else None
+            names = [b for b in self.log_backends if b != "tensorboard" or self.tensorboard]
+            backends = make_backends(
+                names or "none", self.run_dir, purge_step=purge, wandb=self.wandb_options
+            )
+            self._logger = ScalarLogger(backends=backends)
             if self._pending_history is not None:
                 self._logger.load_state_dict(self._pending_history)
                 self._pending_history = None
@@ -216,6 +235,7 @@ class RunnerBase(abc.ABC):
         # leaves the run's config.yaml describing its checkpoints.
         atomic_write_text(self.run_dir / "config.yaml", OmegaConf.to_yaml(self.config))
         logger = self.logger
+        logger.log_config(self.config)
         # Ranks other than 0 of a torchrun launch turn progress off after construction.
         self.console.enabled = self.progress
         if self.iteration_count < num_iterations:
@@ -243,7 +263,7 @@ class RunnerBase(abc.ABC):
                 scalars["perf/iteration_time_s"] = elapsed
                 scalars["perf/steps_per_second"] = sps
                 scalars["perf/env_steps"] = float(self.env_steps)
-                logger.log(self.iteration_count, scalars)
+                logger.log(self.iteration_count, scalars, env_steps=self.env_steps)
                 bar.advance(sps)
                 if self.console.due(self.iteration_count) or (
                     self.iteration_count == num_iterations and reported != num_iterations

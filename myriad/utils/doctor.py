@@ -67,6 +67,7 @@ def report() -> tuple[str, bool]:
         "onnx": "export",
         "onnxscript": "export",
         "onnxruntime": "export",
+        "wandb": "wandb",
     }
     for module, extra in optional.items():
         state = "installed" if available(module) else f"missing (pip install 'myriad-rl[{extra}]')"
