@@ -99,7 +99,7 @@ def _check_envs(args: argparse.Namespace) -> int:
 
 
 def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
-    if args.multirun or args.cfg:  # a sweep, or the resolved config (myriad.tools.sweep)
+    if args.multirun or args.cfg or args.jobs != 1:  # a sweep or the config (myriad.tools.sweep)
         from myriad.tools.sweep import launch
 
         return launch("pretrain", args, overrides)
@@ -110,7 +110,7 @@ def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def _cmd_finetune(args: argparse.Namespace, overrides: list[str]) -> int:
-    if args.multirun or args.cfg:  # a sweep, or the resolved config (myriad.tools.sweep)
+    if args.multirun or args.cfg or args.jobs != 1:  # a sweep or the config (myriad.tools.sweep)
         from myriad.tools.sweep import launch
 
         return launch("finetune", args, overrides)

@@ -85,6 +85,20 @@ def test_finetune_multirun_and_refused_folder(tmp_path, capsys):
     assert "--overwrite" in capsys.readouterr().err
 
 
+def test_parallel_runs_in_processes(tmp_path, capsys):
+    sweep = tmp_path / "par"
+    argv = ["pretrain", "-m", "--jobs", "2", "seed=0,1", *TINY, "--run-dir", str(sweep)]
+    assert main(argv) == 0
+    state = json.loads((sweep / "sweep.json").read_text())
+    assert [r["state"] for r in state["runs"]] == ["done", "done"]
+    for seed, run in enumerate(state["runs"]):
+        config = yaml.safe_load((sweep / run["name"] / "config.yaml").read_text())
+        assert config["seed"] == seed
+        log = (sweep / f"{run['name']}.log").read_text()
+        assert "K-Myriad pretraining finished" in log
+    assert capsys.readouterr().out.count("done") >= 2
+
+
 def test_cfg_job_prints_the_resolved_config(capsys):
     assert main(["pretrain", "--cfg", "job", "env=empty", "objective.beta=0.25"]) == 0
     config = yaml.safe_load(capsys.readouterr().out)
@@ -102,6 +116,8 @@ def test_cfg_job_prints_the_resolved_config(capsys):
         (["pretrain", "-m", "env=glob(*)"], "glob sweeps are not supported"),
         (["pretrain", "-m", "--resume", "runs/x"], "--resume continues one run"),
         (["sweep", "summarize", "nowhere"], "no sweep.json in nowhere"),
+        (["pretrain", "--jobs", "2", "seed=1"], "add -m"),
+        (["pretrain", "-m", "--jobs", "0", "seed=1,2"], "--jobs must be >= 1"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, argv, message):

@@ -122,16 +122,21 @@ def run_sweep(
     init: str | None = None,
     sweep_dir: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
+    jobs: int = 1,
 ) -> Path:
     """Run every combination of ``overrides`` with ``myriad pretrain`` or ``myriad finetune``,
-    one after the other; returns the sweep folder.
+    one after the other in this process, or with ``jobs > 1`` up to ``jobs`` at once, each in
+    a process of its own (``python -m myriad ...``, its output in ``<sweep>/<run>.log``);
+    returns the sweep folder.
 
     Raises:
         ConfigError: a combination's config is unusable (nothing has run then).
         RunFolderError: ``sweep_dir`` holds files and ``overwrite`` is false.
     """
-    from myriad.utils.config import RunFolderError
+    from myriad.utils.config import ConfigError, RunFolderError
 
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     combos = expand(overrides)
     keys = swept_keys(overrides)
     for combo in combos:  # every config checked before anything runs
@@ -174,32 +179,101 @@ def run_sweep(
         "runs": runs,
     }
     _write(folder, state)
-    for i, entry in enumerate(runs):
-        print(
-            f"myriad: sweep run {i + 1}/{len(runs)} ({folder / entry['name']}): "
-            + " ".join(entry["overrides"]),
-            flush=True,
-        )
-        entry["state"] = "running"
-        _write(folder, state)
-        try:
-            if kind == "pretrain":
-                from myriad.pretrain import pretrain
-
-                pretrain(entry["overrides"], run_dir=folder / entry["name"])
-            else:
-                from myriad.finetune import finetune
-
-                finetune(algo, entry["overrides"], init=init, run_dir=folder / entry["name"])
-        except BaseException:
-            entry["state"] = "failed"
+    if jobs > 1:
+        _run_parallel(kind, state, folder, jobs)
+    else:
+        for i, entry in enumerate(runs):
+            _announce(i, runs, folder)
+            entry["state"] = "running"
             _write(folder, state)
-            raise
-        entry["state"] = "done"
-        _write(folder, state)
+            try:
+                if kind == "pretrain":
+                    from myriad.pretrain import pretrain
+
+                    pretrain(entry["overrides"], run_dir=folder / entry["name"])
+                else:
+                    from myriad.finetune import finetune
+
+                    finetune(algo, entry["overrides"], init=init, run_dir=folder / entry["name"])
+            except BaseException:
+                entry["state"] = "failed"
+                _write(folder, state)
+                raise
+            entry["state"] = "done"
+            _write(folder, state)
     print(f"myriad: sweep of {len(runs)} runs finished: {folder}")
     print(f"  summary  myriad sweep summarize {folder}")
     return folder
+
+
+def _announce(i: int, runs: Sequence[Mapping[str, Any]], folder: Path) -> None:
+    print(
+        f"myriad: sweep run {i + 1}/{len(runs)} ({folder / runs[i]['name']}): "
+        + " ".join(runs[i]["overrides"]),
+        flush=True,
+    )
+
+
+def _command(
+    kind: str, state: Mapping[str, Any], entry: Mapping[str, Any], folder: Path
+) -> list[str]:
+    """The command line of one run of a sweep, as its own process."""
+    import sys
+
+    argv = [sys.executable, "-m", "myriad", kind]
+    if state.get("algo"):
+        argv += ["--algo", str(state["algo"])]
+    if state.get("init"):
+        argv += ["--init", str(state["init"])]
+    return [*argv, *entry["overrides"], "--run-dir", str(folder / entry["name"])]
+
+
+def _run_parallel(kind: str, state: dict[str, Any], folder: Path, jobs: int) -> None:
+    """Run the sweep's runs as processes, at most ``jobs`` at once, in order of index. After a
+    failure no new run starts; the running ones finish, then the failure is raised."""
+    import subprocess
+
+    from myriad.utils.config import ConfigError
+
+    runs = state["runs"]
+    waiting = list(range(len(runs)))
+    running: dict[int, tuple[subprocess.Popen[bytes], Any]] = {}
+    failed: list[str] = []
+    try:
+        while waiting or running:
+            while waiting and len(running) < jobs and not failed:
+                i = waiting.pop(0)
+                _announce(i, runs, folder)
+                log = open(folder / f"{runs[i]['name']}.log", "wb")  # noqa: SIM115 (closed below)
+                proc = subprocess.Popen(
+                    _command(kind, state, runs[i], folder), stdout=log, stderr=subprocess.STDOUT
+                )
+                running[i] = (proc, log)
+                runs[i]["state"] = "running"
+                _write(folder, state)
+            if failed and not running:
+                break
+            done = [i for i, (proc, _) in running.items() if proc.poll() is not None]
+            if not done:
+                time.sleep(0.2)
+                continue
+            for i in done:
+                proc, log = running.pop(i)
+                log.close()
+                runs[i]["state"] = "done" if proc.returncode == 0 else "failed"
+                if proc.returncode != 0:
+                    failed.append(f"{runs[i]['name']} (exit {proc.returncode})")
+                print(f"myriad: sweep run {i + 1}/{len(runs)} {runs[i]['state']}", flush=True)
+            _write(folder, state)
+    finally:
+        for proc, log in running.values():  # interrupted: stop the runs this sweep started
+            proc.terminate()
+            proc.wait()
+            log.close()
+    if failed:
+        raise ConfigError(
+            f"sweep runs failed: {', '.join(failed)}; their output is in {folder}/<run>.log"
+        )
 
 
 def _lookup(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
@@ -313,6 +387,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "objective.beta=0.5,1), one after the other, in a sweep folder (--run-dir)",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="with -m, run up to this many runs at once, each in its own process (default 1: "
+        "one after the other)",
+    )
+    parser.add_argument(
         "--cfg",
         choices=["job"],
         help="print the resolved config (each combination's with -m) and exit",
@@ -353,8 +434,16 @@ def launch(kind: str, args: argparse.Namespace, overrides: list[str]) -> int:
                 print(f"# {' '.join(combo)}")
             print(OmegaConf.to_yaml(compose_run(kind, combo, algo, init)), end="")
         return 0
+    if args.jobs != 1 and not args.multirun:
+        raise ConfigError("--jobs runs the runs of a sweep at once: add -m")
     run_sweep(
-        kind, overrides, algo=algo, init=init, sweep_dir=args.run_dir, overwrite=args.overwrite
+        kind,
+        overrides,
+        algo=algo,
+        init=init,
+        sweep_dir=args.run_dir,
+        overwrite=args.overwrite,
+        jobs=args.jobs,
     )
     return 0
 

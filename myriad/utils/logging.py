@@ -128,6 +128,7 @@ class ScalarLogger:
                 steps, values = zip(*self.history[name])
                 ax.plot(steps, values, linewidth=1.0)
                 ax.set_title(name, fontsize=8)
+                ax.set_xlabel("iteration", fontsize=7)
                 ax.tick_params(labelsize=7)
             for ax in list(axes.flat)[len(names) :]:
                 ax.set_visible(False)
