@@ -134,6 +134,20 @@ def test_resume_continues_the_wandb_run_and_the_curves(tmp_path):
     assert [s for s, _ in tb["entropy/collective"]] == [3 * STEPS_PER_ITERATION]
 
 
+def test_training_videos_go_to_wandb_as_videos(tmp_path):
+    pytest.importorskip("wandb", reason="needs the wandb extra")
+    pytest.importorskip("av", reason="needs the viz extra")
+    run = tmp_path / "run"
+    argv = ["pretrain", *TINY, "iterations=2", "logger=wandb", "video.every=2"]
+    assert main([*argv, "video.format=gif", "video.max_steps=4", "--run-dir", str(run)]) == 0
+    history, _ = wandb_records(run)
+    (row,) = [h for h in history if "videos/population/_type" in h]  # nested keys, flattened
+    assert row["videos/population/_type"] == "video-file"
+    assert row["env_steps"] == 2 * STEPS_PER_ITERATION
+    assert list(run.glob("wandb/offline-run-*/files/media/videos/**/*.gif"))
+    assert (run / "videos" / "train" / "iter_000002.gif").is_file()
+
+
 def test_logger_none_and_bad_value(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["pretrain", *TINY, "iterations=1", "logger=none", "--run-dir", str(run)]) == 0

@@ -174,7 +174,10 @@ class FinetuneRunner(OnPolicyRunner):
         if every and (self.iteration_count + 1) % every == 0:
             out.update(self.evaluate_leader(int(self.config["eval"]["episodes"])))
         if self.videos is not None and self.videos.due(self.iteration_count + 1):
-            self.videos.record(self.model, self.iteration_count + 1)
+            video = self.videos.record(self.model, self.iteration_count + 1)
+            # Backends that show videos (W&B) get the file, at this iteration's env steps.
+            done = self.env_steps + self.steps_per_iteration
+            self.logger.log_video("videos/population", video, self.iteration_count + 1, done)
         return out
 
     def evaluate_leader(self, episodes: int) -> dict[str, float]:

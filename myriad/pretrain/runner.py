@@ -160,7 +160,10 @@ class PretrainRunner(OnPolicyRunner):
         scalars["perf/update_share"] = t_update / total
         scalars.update(self.collector.episodes.summary())
         if self.videos is not None and self.videos.due(self.iteration_count + 1):
-            self.videos.record(self.model, self.iteration_count + 1)
+            video = self.videos.record(self.model, self.iteration_count + 1)
+            # Backends that show videos (W&B) get the file, at this iteration's env steps.
+            done = self.env_steps + self.steps_per_iteration
+            self.logger.log_video("videos/population", video, self.iteration_count + 1, done)
         return scalars
 
     @torch.no_grad()

@@ -30,6 +30,10 @@ class LogBackend(Protocol):
     def log_scalars(self, scalars: Mapping[str, float], env_steps: int, iteration: int) -> None:
         """Record one iteration's finite scalars at x = ``env_steps``."""
 
+    def log_video(self, tag: str, path: Path, env_steps: int, iteration: int) -> None:
+        """Record a video file (MP4 or GIF) at x = ``env_steps``, where the backend shows
+        videos."""
+
     def flush(self) -> None: ...
 
     def close(self) -> None: ...
@@ -100,6 +104,10 @@ class TensorBoardBackend:
             self.writer.add_scalar(name, value, env_steps)
         self.writer.add_scalar("perf/iteration", float(iteration), env_steps)
 
+    def log_video(self, tag: str, path: Path, env_steps: int, iteration: int) -> None:
+        """Nothing: TensorBoard's video summaries need moviepy; the training videos log their
+        middle frame as an image instead (:class:`myriad.viz.runs.TrainingVideos`)."""
+
     def flush(self) -> None:
         self.writer.flush()
 
@@ -161,6 +169,13 @@ class WandbBackend:
 
     def log_scalars(self, scalars: Mapping[str, float], env_steps: int, iteration: int) -> None:
         self.run.log({**scalars, "env_steps": env_steps, "iteration": iteration})
+
+    def log_video(self, tag: str, path: Path, env_steps: int, iteration: int) -> None:
+        import wandb
+
+        fmt: Any = Path(path).suffix.lstrip(".")  # gif or mp4, what TrainingVideos writes
+        video = wandb.Video(str(path), format=fmt)
+        self.run.log({tag: video, "env_steps": env_steps, "iteration": iteration})
 
     def flush(self) -> None:
         """W&B writes in its own process; nothing to flush here."""

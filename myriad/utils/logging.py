@@ -72,6 +72,14 @@ class ScalarLogger:
         for backend in self.backends:
             backend.log_scalars(finite, x, int(step))
 
+    def log_video(
+        self, tag: str, path: str | os.PathLike[str], step: int, env_steps: int | None = None
+    ) -> None:
+        """Give a video file of iteration ``step`` to the backends that show videos."""
+        x = int(step if env_steps is None else env_steps)
+        for backend in self.backends:
+            backend.log_video(tag, Path(path), x, int(step))
+
     def log_config(self, config: Mapping[str, Any]) -> None:
         """Give the run's resolved config to every backend (when training starts)."""
         for backend in self.backends:
