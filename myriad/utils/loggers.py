@@ -181,7 +181,14 @@ class WandbBackend:
         """W&B writes in its own process; nothing to flush here."""
 
     def close(self) -> None:
+        import wandb
+
         self.run.finish()
+        # finish() can return before W&B's service process has written the last records; its
+        # teardown waits for them, so the run is complete on disk when the command ends (for
+        # `wandb sync`). Only when no other W&B run of the process is active.
+        if wandb.run is None:
+            wandb.teardown()
 
 
 def make_backends(
