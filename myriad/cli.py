@@ -10,7 +10,7 @@ myriad render RUN [--members]    videos of every member and of the population (R
 myriad report RUN                one self-contained HTML page of a run (RUN/report.html)
 myriad eval RUN [--members ...]  per-member return, success, length with 95% CIs (RUN/eval.json)
 myriad export-policy RUN         a deployable policy (ONNX | TorchScript) with its metadata
-myriad sweep summarize SWEEP     the table of a sweep's runs (pretrain/finetune -m a=1,2 ...)
+myriad sweep summarize|resume S  a sweep's table, or finish it (pretrain/finetune -m a=1,2 ...)
 """
 
 from __future__ import annotations

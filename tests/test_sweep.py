@@ -134,3 +134,39 @@ def test_help_lists_config_groups(capsys):
     out = capsys.readouterr().out
     assert "objective: knn_reward, mepol" in out and "--cfg job" in out
     assert "algo:" not in out  # a finetuning group
+
+
+def test_resume_finishes_an_interrupted_sweep(tmp_path, capsys):
+    """A sweep stopped in its second run (its state ``running``, a checkpoint of iteration 1,
+    no summary) and before its third: ``sweep resume`` continues the second from its checkpoint,
+    starts the third, and leaves the finished first run alone."""
+    sweep = tmp_path / "sweep"
+    argv = ["pretrain", "-m", "seed=0,1,2", *TINY, "checkpoint_every=1", "keep_checkpoints=null"]
+    assert main([*argv, "--run-dir", str(sweep)]) == 0
+    state = json.loads((sweep / "sweep.json").read_text())
+    first, second, third = (sweep / r["name"] for r in state["runs"])
+    kept = (first / "summary.json").read_bytes()
+    # The interruption, as a killed process leaves it.
+    (second / "summary.json").unlink()
+    (second / "checkpoints" / "iter_000002.pt").unlink()
+    import shutil
+
+    shutil.rmtree(third)
+    checkpoint = (second / "checkpoints" / "iter_000001.pt").stat()
+    state["runs"][1]["state"], state["runs"][2]["state"] = "running", "pending"
+    (sweep / "sweep.json").write_text(json.dumps(state))
+    capsys.readouterr()
+
+    assert main(["sweep", "resume", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 3 runs done" in out and "sweep run 1/3" not in out
+    state = json.loads((sweep / "sweep.json").read_text())
+    assert [r["state"] for r in state["runs"]] == ["done"] * 3
+    assert (first / "summary.json").read_bytes() == kept
+    # Continued from its checkpoint, which is still the same file (not a fresh start).
+    again = (second / "checkpoints" / "iter_000001.pt").stat()
+    assert (again.st_ino, again.st_mtime_ns) == (checkpoint.st_ino, checkpoint.st_mtime_ns)
+    for run in (second, third):
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["iterations"] == 2
+    assert yaml.safe_load((third / "config.yaml").read_text())["seed"] == 2

@@ -179,31 +179,101 @@ def run_sweep(
         "runs": runs,
     }
     _write(folder, state)
-    if jobs > 1:
-        _run_parallel(kind, state, folder, jobs)
-    else:
-        for i, entry in enumerate(runs):
-            _announce(i, runs, folder)
-            entry["state"] = "running"
-            _write(folder, state)
-            try:
-                if kind == "pretrain":
-                    from myriad.pretrain import pretrain
-
-                    pretrain(entry["overrides"], run_dir=folder / entry["name"])
-                else:
-                    from myriad.finetune import finetune
-
-                    finetune(algo, entry["overrides"], init=init, run_dir=folder / entry["name"])
-            except BaseException:
-                entry["state"] = "failed"
-                _write(folder, state)
-                raise
-            entry["state"] = "done"
-            _write(folder, state)
+    _execute(state, folder, jobs)
     print(f"myriad: sweep of {len(runs)} runs finished: {folder}")
     print(f"  summary  myriad sweep summarize {folder}")
     return folder
+
+
+def resume_sweep(sweep_dir: str | os.PathLike[str], jobs: int = 1) -> Path:
+    """Finish an interrupted sweep: runs marked ``done`` are kept, runs with a checkpoint
+    continue from it (``--resume``), the others start afresh. Returns the sweep folder.
+
+    Raises:
+        FileNotFoundError: no ``sweep.json`` in ``sweep_dir``.
+    """
+    from myriad.utils.config import ConfigError
+
+    if jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    folder = Path(sweep_dir)
+    state = _read_state(folder)
+    runs = state["runs"]
+    left = sum(r.get("state") != "done" for r in runs)
+    print(f"myriad: resuming sweep {folder}: {len(runs) - left} of {len(runs)} runs done")
+    _execute(state, folder, jobs)
+    print(f"myriad: sweep of {len(runs)} runs finished: {folder}")
+    print(f"  summary  myriad sweep summarize {folder}")
+    return folder
+
+
+def _read_state(folder: Path) -> dict[str, Any]:
+    from myriad.utils.config import ConfigError
+
+    path = folder / SWEEP_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no {SWEEP_FILE} in {folder}: give the folder a sweep (myriad pretrain -m ...) wrote"
+        )
+    try:
+        state = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not a myriad sweep file ({exc})") from exc
+    missing = [
+        k for k in ("command", "runs", "swept") if not isinstance(state, dict) or k not in state
+    ]
+    if missing:
+        raise ConfigError(f"{path} is not a myriad sweep file (no {', '.join(missing)})")
+    return dict(state)
+
+
+def _how(folder: Path, entry: Mapping[str, Any]) -> str:
+    """How run ``entry`` of a sweep (re)starts: ``"resume"`` from its checkpoint, ``"fresh"``
+    in an empty or absent folder, ``"overwrite"`` a folder a start left without checkpoint."""
+    from myriad.utils.checkpoint import latest_checkpoint
+
+    run = folder / entry["name"]
+    if latest_checkpoint(run / "checkpoints") is not None:
+        return "resume"
+    return "overwrite" if (run / "config.yaml").is_file() else "fresh"
+
+
+def _execute(state: dict[str, Any], folder: Path, jobs: int) -> None:
+    """Run the sweep's runs not ``done`` yet, in this process or (``jobs > 1``) as processes."""
+    if jobs > 1:
+        _run_parallel(state, folder, jobs)
+        return
+    kind, algo, init = state["command"], state.get("algo"), state.get("init")
+    runs = state["runs"]
+    for i, entry in enumerate(runs):
+        if entry.get("state") == "done":
+            continue
+        _announce(i, runs, folder)
+        how = _how(folder, entry)
+        entry["state"] = "running"
+        _write(folder, state)
+        run_dir = folder / entry["name"]
+        resume = run_dir if how == "resume" else None
+        options: dict[str, Any] = {
+            "resume": resume,
+            "run_dir": None if resume else run_dir,
+            "overwrite": how == "overwrite",
+        }
+        try:
+            if kind == "pretrain":
+                from myriad.pretrain import pretrain
+
+                pretrain(entry["overrides"], **options)
+            else:
+                from myriad.finetune import finetune
+
+                finetune(algo, entry["overrides"], init=None if resume else init, **options)
+        except BaseException:
+            entry["state"] = "failed"
+            _write(folder, state)
+            raise
+        entry["state"] = "done"
+        _write(folder, state)
 
 
 def _announce(i: int, runs: Sequence[Mapping[str, Any]], folder: Path) -> None:
@@ -214,21 +284,24 @@ def _announce(i: int, runs: Sequence[Mapping[str, Any]], folder: Path) -> None:
     )
 
 
-def _command(
-    kind: str, state: Mapping[str, Any], entry: Mapping[str, Any], folder: Path
-) -> list[str]:
-    """The command line of one run of a sweep, as its own process."""
+def _command(state: Mapping[str, Any], entry: Mapping[str, Any], folder: Path) -> list[str]:
+    """The command line of one run of a sweep, as its own process (see :func:`_how`)."""
     import sys
 
-    argv = [sys.executable, "-m", "myriad", kind]
+    argv = [sys.executable, "-m", "myriad", str(state["command"])]
+    run_dir = str(folder / entry["name"])
     if state.get("algo"):
         argv += ["--algo", str(state["algo"])]
+    how = _how(folder, entry)
+    if how == "resume":
+        return [*argv, "--resume", run_dir, *entry["overrides"]]
     if state.get("init"):
         argv += ["--init", str(state["init"])]
-    return [*argv, *entry["overrides"], "--run-dir", str(folder / entry["name"])]
+    argv += [*entry["overrides"], "--run-dir", run_dir]
+    return [*argv, "--overwrite"] if how == "overwrite" else argv
 
 
-def _run_parallel(kind: str, state: dict[str, Any], folder: Path, jobs: int) -> None:
+def _run_parallel(state: dict[str, Any], folder: Path, jobs: int) -> None:
     """Run the sweep's runs as processes, at most ``jobs`` at once, in order of index. After a
     failure no new run starts; the running ones finish, then the failure is raised."""
     import subprocess
@@ -236,7 +309,7 @@ def _run_parallel(kind: str, state: dict[str, Any], folder: Path, jobs: int) -> 
     from myriad.utils.config import ConfigError
 
     runs = state["runs"]
-    waiting = list(range(len(runs)))
+    waiting = [i for i, r in enumerate(runs) if r.get("state") != "done"]
     running: dict[int, tuple[subprocess.Popen[bytes], Any]] = {}
     failed: list[str] = []
     try:
@@ -244,9 +317,9 @@ def _run_parallel(kind: str, state: dict[str, Any], folder: Path, jobs: int) -> 
             while waiting and len(running) < jobs and not failed:
                 i = waiting.pop(0)
                 _announce(i, runs, folder)
-                log = open(folder / f"{runs[i]['name']}.log", "wb")  # noqa: SIM115 (closed below)
+                log = open(folder / f"{runs[i]['name']}.log", "ab")  # noqa: SIM115 (closed below)
                 proc = subprocess.Popen(
-                    _command(kind, state, runs[i], folder), stdout=log, stderr=subprocess.STDOUT
+                    _command(state, runs[i], folder), stdout=log, stderr=subprocess.STDOUT
                 )
                 running[i] = (proc, log)
                 runs[i]["state"] = "running"
@@ -294,19 +367,10 @@ def summarize(sweep_dir: str | os.PathLike[str]) -> dict[str, Any]:
         ConfigError: a ``sweep.json`` that is not a sweep's.
     """
     from myriad.tools.evaluate import mean_interval
-    from myriad.utils.config import ConfigError
 
     folder = Path(sweep_dir)
-    path = folder / SWEEP_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no {SWEEP_FILE} in {folder}: give the folder a sweep (myriad pretrain -m ...) wrote"
-        )
-    try:
-        state = json.loads(path.read_text())
-        kind, runs, swept = state["command"], state["runs"], state["swept"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"{path} is not a myriad sweep file ({exc})") from exc
+    state = _read_state(folder)
+    kind, runs, swept = state["command"], state["runs"], state["swept"]
     figures = PRETRAIN_FIGURES if kind == "pretrain" else FINETUNE_FIGURES
     labels = [label for label, _ in figures]
     setting_keys = [k for k in swept if k not in REPETITION_KEYS]
@@ -452,17 +516,26 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add ``sweep`` to the ``myriad`` subcommands."""
     p = sub.add_parser(
         "sweep",
-        help="the table of a sweep (myriad pretrain|finetune -m ...): final figures per run, "
-        "mean and 95%% CI per setting (SWEEP/summary.md, summary.json)",
+        help="summarize: the table of a sweep (myriad pretrain|finetune -m ...), final figures "
+        "per run, mean and 95%% CI per setting (SWEEP/summary.md, summary.json); resume: finish "
+        "an interrupted sweep",
     )
-    p.add_argument("action", choices=["summarize"])
+    p.add_argument("action", choices=["summarize", "resume"])
     p.add_argument("sweep", metavar="SWEEP", help="the sweep folder")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="resume: runs at once, each in its own process"
+    )
     return p
 
 
 def run(args: argparse.Namespace, rest: list[str]) -> int:
-    """``myriad sweep summarize``: print the tables and write them beside ``sweep.json``."""
+    """``myriad sweep summarize``: print the tables and write them beside ``sweep.json``;
+    ``myriad sweep resume``: finish an interrupted sweep."""
     from myriad.utils.checkpoint import atomic_write_text
+
+    if args.action == "resume":
+        resume_sweep(args.sweep, args.jobs)
+        return 0
 
     result = summarize(args.sweep)
     text = table_markdown(result)
