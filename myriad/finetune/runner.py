@@ -174,9 +174,10 @@ class FinetuneRunner(OnPolicyRunner):
         if every and (self.iteration_count + 1) % every == 0:
             out.update(self.evaluate_leader(int(self.config["eval"]["episodes"])))
         if self.videos is not None and self.videos.due(self.iteration_count + 1):
-            video = self.videos.record(self.model, self.iteration_count + 1)
-            # Backends that show videos (W&B) get the file, at this iteration's env steps.
+            # At this iteration's env steps, the scalars' x axis; backends that show videos
+            # (W&B) get the file.
             done = self.env_steps + self.steps_per_iteration
+            video = self.videos.record(self.model, self.iteration_count + 1, done)
             self.logger.log_video("videos/population", video, self.iteration_count + 1, done)
         return out
 

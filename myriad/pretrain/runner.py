@@ -160,9 +160,10 @@ class PretrainRunner(OnPolicyRunner):
         scalars["perf/update_share"] = t_update / total
         scalars.update(self.collector.episodes.summary())
         if self.videos is not None and self.videos.due(self.iteration_count + 1):
-            video = self.videos.record(self.model, self.iteration_count + 1)
-            # Backends that show videos (W&B) get the file, at this iteration's env steps.
+            # At this iteration's env steps, the scalars' x axis; backends that show videos
+            # (W&B) get the file.
             done = self.env_steps + self.steps_per_iteration
+            video = self.videos.record(self.model, self.iteration_count + 1, done)
             self.logger.log_video("videos/population", video, self.iteration_count + 1, done)
         return scalars
 
