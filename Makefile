@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # The CPU build of torch: a pinned version keeps pip from resolving a CUDA build on machines
 # without a GPU. Users with CUDA set TORCH_SPEC (for example TORCH_SPEC="torch") themselves.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,ray,warp,offline,viz
+EXTRAS ?= dev,ray,warp,offline,viz,export,wandb
 comma  := ,
 STAMP  := $(VENV)/.myriad-installed-$(subst $(comma),-,$(EXTRAS))
 

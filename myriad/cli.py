@@ -9,6 +9,9 @@ myriad dataset info|validate P   summarise or check a dataset of any format
 myriad dataset verify RUN        check every checksum of a run (or dataset); names the bad chunk
 myriad render RUN [--members]    videos of every member and of the population (RUN/videos)
 myriad report RUN                one self-contained HTML page of a run (RUN/report.html)
+myriad eval RUN [--members ...]  per-member return, success, length with 95% CIs (RUN/eval.json)
+myriad export-policy RUN         a deployable policy (ONNX | TorchScript) with its metadata
+myriad sweep summarize|resume S  a sweep's table, or finish it (pretrain/finetune -m a=1,2 ...)
 """
 
 from __future__ import annotations
@@ -97,6 +100,10 @@ def _check_envs(args: argparse.Namespace) -> int:
 
 
 def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
+    if args.multirun or args.cfg or args.jobs != 1:  # a sweep or the config (myriad.tools.sweep)
+        from myriad.tools.sweep import launch
+
+        return launch("pretrain", args, overrides)
     from myriad.pretrain.api import pretrain
 
     pretrain(overrides, resume=args.resume, run_dir=args.run_dir, overwrite=args.overwrite)
@@ -104,6 +111,10 @@ def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def _cmd_finetune(args: argparse.Namespace, overrides: list[str]) -> int:
+    if args.multirun or args.cfg or args.jobs != 1:  # a sweep or the config (myriad.tools.sweep)
+        from myriad.tools.sweep import launch
+
+        return launch("finetune", args, overrides)
     from myriad.finetune.api import finetune
 
     finetune(
@@ -237,10 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("--steps", type=_positive_int, default=64)
     envs.add_argument("--seed", type=int, default=0)
 
+    from myriad.tools.sweep import add_run_options, config_help
+
     pre = sub.add_parser(
         "pretrain",
         help="K-Myriad pretraining; arguments are Hydra overrides (population.size=16 ...)",
+        epilog=config_help("pretrain"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_run_options(pre)
     pre.add_argument("--resume", metavar="RUN", help="run folder or checkpoint to continue")
     pre.add_argument("--run-dir", help="run folder (default runs/pretrain/<env>-<time>)")
     pre.add_argument(
@@ -251,7 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
         "finetune",
         help="finetune a leader and followers on a task reward (cpo, sapg, ppo, pbt); "
         "arguments are Hydra overrides (task=dense algo.kl_preset=high ...)",
+        epilog=config_help("finetune"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_run_options(fine)
     fine.add_argument(
         "--algo",
         help="cpo | sapg | ppo | pbt, or a preset such as cpo_paper (default: cpo)",
@@ -306,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_render_parser(sub)
     add_report_parser(sub)
+    from myriad.tools import add_parsers
+
+    add_parsers(sub)  # eval, export-policy, sweep (myriad.tools)
     return parser
 
 
@@ -417,7 +439,12 @@ def _dispatch(argv: list[str]) -> int:
         "render": lambda: _viz_command("run_render", args),
         "report": lambda: _viz_command("run_report", args),
     }
-    if rest and args.command not in ("bench", "pretrain", "finetune"):
+    from myriad.tools import COMMANDS, TAKES_OVERRIDES
+    from myriad.tools import run as run_tool
+
+    for name in COMMANDS:
+        handlers[name] = lambda name=name: run_tool(name, args, rest)  # type: ignore[misc]
+    if rest and args.command not in ("bench", "pretrain", "finetune", *TAKES_OVERRIDES):
         parser.error(f"unrecognised arguments: {' '.join(rest)}")
     return handlers[args.command]()
 

@@ -105,3 +105,16 @@ def tiny_pretrain(tmp_path_factory: pytest.TempPathFactory) -> PretrainedRun:
     folder = tmp_path_factory.mktemp("tiny_pretrain") / "run"
     summary = pretrain(list(TINY_PRETRAIN), run_dir=folder, quiet=True)
     return PretrainedRun(folder, TINY_PRETRAIN, summary)
+
+
+@pytest.fixture(scope="session")
+def tiny_cpo(tiny_pretrain: PretrainedRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-iteration CPO finetuning run started (--init) from :func:`tiny_pretrain`; tests must
+    not change its folder beyond the files they write themselves (eval.json, policy/)."""
+    from myriad.finetune import finetune
+
+    folder = tmp_path_factory.mktemp("tiny_cpo") / "run"
+    overrides = [o for o in TINY_FINETUNE if "_hidden" not in o]  # --init brings the networks
+    overrides += ["num_envs=16", "iterations=2", "env=four_rooms", "init.episodes=2"]
+    finetune("cpo", overrides, init=tiny_pretrain.path, run_dir=folder, quiet=True)
+    return folder

@@ -311,7 +311,7 @@ def test_training_records_videos_into_the_run_and_tensorboard(tmp_path):
     assert read_video(run / "videos" / "train" / "iter_000002.mp4").shape[0] == 5
     events = EventAccumulator(str(run), size_guidance={"images": 0}).Reload()
     images = events.Images("videos/population")
-    assert [image.step for image in images] == [2]
+    assert [image.step for image in images] == [2 * 16 * 8]  # env steps, as the scalars
 
 
 def test_finetuning_on_mujoco_writes_behaviour_plots_and_videos(tmp_path):

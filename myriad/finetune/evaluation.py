@@ -60,6 +60,8 @@ class EpisodeBatch:
         success: ``[N]`` bool (False where the env reports no success flag).
         returns: ``[N]`` episode return.
         has_success: the env reports a success flag.
+        length: ``[N]`` episode length in steps (the time limit for an episode still running
+            when the rollout stopped).
         features: ``[N, T + 1, p]`` entropy features of the start state and of every step's
             state, or None when not recorded.
         valid: ``[N, T + 1]`` bool, the states that belong to each episode (None with
@@ -70,6 +72,7 @@ class EpisodeBatch:
     success: torch.Tensor
     returns: torch.Tensor
     has_success: bool
+    length: torch.Tensor | None = None
     features: torch.Tensor | None = None
     valid: torch.Tensor | None = None
 
@@ -144,14 +147,14 @@ def rollout_members(
             finished |= done
             if (step + 1) % _CHECK_EVERY == 0 and bool(finished.all()):
                 break
+        # An env still running at the time limit ended there (TensorVecEnv truncates it).
+        length = torch.where(finished, length, torch.full_like(length, step + 1))
     finally:
         env.close()
-    batch = EpisodeBatch(member.cpu(), success.cpu(), returns.cpu(), has_success)
+    batch = EpisodeBatch(member.cpu(), success.cpu(), returns.cpu(), has_success, length.cpu())
     if record_features:
         features = torch.stack(trajectory, dim=1)  # [N, T + 1, p]
         steps = torch.arange(features.shape[1], device=device)
-        # An env still running at the time limit ended there (TensorVecEnv truncates it).
-        length = torch.where(finished, length, torch.full_like(length, features.shape[1] - 1))
         batch.features = features.cpu()
         batch.valid = (steps.unsqueeze(0) <= length.unsqueeze(1)).cpu()
     return batch

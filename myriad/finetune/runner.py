@@ -121,6 +121,10 @@ class FinetuneRunner(OnPolicyRunner):
         """Start the population from a pretrained run (the rule in :mod:`myriad.finetune.init`)."""
         init = self.config.get("init") or {}
         rank_options = dict(init.get("rank_options") or {})
+        self.status(
+            f"ranking the members of {source} on the task "
+            f"({int(init.get('episodes', 16))} episodes each)"
+        )
         self.init_report = initialise(
             self.model,
             source,
@@ -170,7 +174,11 @@ class FinetuneRunner(OnPolicyRunner):
         if every and (self.iteration_count + 1) % every == 0:
             out.update(self.evaluate_leader(int(self.config["eval"]["episodes"])))
         if self.videos is not None and self.videos.due(self.iteration_count + 1):
-            self.videos.record(self.model, self.iteration_count + 1)
+            # At this iteration's env steps, the scalars' x axis; backends that show videos
+            # (W&B) get the file.
+            done = self.env_steps + self.steps_per_iteration
+            video = self.videos.record(self.model, self.iteration_count + 1, done)
+            self.logger.log_video("videos/population", video, self.iteration_count + 1, done)
         return out
 
     def evaluate_leader(self, episodes: int) -> dict[str, float]:
@@ -204,17 +212,23 @@ class FinetuneRunner(OnPolicyRunner):
         """Evaluate the leader, write the heatmap, overview and ``summary.json``; returns the
         summary."""
         final_episodes = int(self.config["eval"]["final_episodes"])
+        self.status(
+            f"final evaluation: {final_episodes} episodes of each of the {self.model.num_members} "
+            "members, deterministic actions"
+        )
         self.final_eval = self.evaluate_leader(final_episodes)
         final = self.last_evaluation
         assert final is not None
         self.solutions = final.to_dict(self.evaluator.regions)
         perturbed, perturbed_layout = None, None
         if self.evaluator.perturb:
+            self.status(f"evaluating again with {self.evaluator.perturb}")
             self.robustness, perturbed, perturbed_layout = self.evaluator.robustness(
                 self.model, self.leader, final_episodes, final
             )
         plots = []
         if self.plots:
+            self.status(f"writing the route map, KL heatmap and overview into {self.plots_dir}")
             plots.append(
                 route_map(
                     self.plots_dir / "routes.png",

@@ -12,7 +12,8 @@ The price is ``exp(x) - 1`` instead of ``expm1(x)`` for negative inputs: an abso
 most about ``1.2e-7 alpha`` (half a unit in the last place of 1, plus ``exp``'s own rounding), which
 is a relative error only for inputs within about ``1e-3`` of 0. The derivative is taken from the
 output, as torch's own ELU backward does (``alpha exp(x) = out + alpha`` for ``x <= 0``). On other
-devices, and for ``alpha`` outside ``(0, 1]``, torch's kernel runs.
+devices, for ``alpha`` outside ``(0, 1]``, and while a graph is traced or exported
+(:mod:`myriad.nn.tracing`), torch's kernel runs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
+
+from myriad.nn.tracing import exporting
 
 
 def _exp_form(x: torch.Tensor, alpha: float) -> bool:
@@ -63,8 +66,9 @@ class _ELU(torch.autograd.Function):
 
 
 def elu(x: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
-    """ELU of ``x`` (any shape), differentiable."""
-    if not _exp_form(x, alpha):
+    """ELU of ``x`` (any shape), differentiable; torch's own ELU while a graph is traced or
+    exported (:mod:`myriad.nn.tracing`)."""
+    if not _exp_form(x, alpha) or exporting():
         return torch.nn.functional.elu(x, alpha)
     if torch.is_grad_enabled() and x.requires_grad:
         out: torch.Tensor = _ELU.apply(x, alpha)

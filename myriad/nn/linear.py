@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from myriad.nn.tracing import exporting
+
 
 class _BatchedLinear(torch.autograd.Function):
     """``y[m] = x[m] @ weight[m] + bias[m]`` with explicitly oriented products."""
@@ -64,13 +66,18 @@ def batched_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) ->
     """``x [M, n, in] @ weight [M, in, out] + bias [M, out] -> [M, n, out]`` (differentiable).
 
     The same values as ``torch.baddbmm(bias.unsqueeze(1), x, weight)``, computed with the fast
-    orientation of each product (see the module docstring).
+    orientation of each product (see the module docstring); that plain product while a graph
+    is traced or exported (:mod:`myriad.nn.tracing`).
     """
+    if exporting():
+        return torch.baddbmm(bias.unsqueeze(1), x, weight)
     return _BatchedLinear.apply(x, weight, bias)
 
 
 def linear(x: torch.Tensor, weight_io: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """One map: ``x [n, in] @ weight_io [in, out] + bias [out] -> [n, out]`` (differentiable)."""
+    if exporting():
+        return torch.addmm(bias, x, weight_io)
     return batched_linear(x.unsqueeze(0), weight_io.unsqueeze(0), bias.unsqueeze(0)).squeeze(0)
 
 

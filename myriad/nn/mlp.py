@@ -42,6 +42,7 @@ from torch.autograd.function import once_differentiable
 
 from myriad.nn.activations import ELU, elu_, elu_grad
 from myriad.nn.linear import batched_linear
+from myriad.nn.tracing import exporting
 
 #: Rows per chunk are chosen so that one activation of the widest layer takes about this many
 #: bytes (a CPU core's L2 cache: each worker thread runs its own chunks).
@@ -469,6 +470,8 @@ class MLP(nn.Sequential):
 
     def _chunked(self, x: torch.Tensor, head: Head) -> torch.Tensor | None:
         """The chunked evaluation, or None where it does not apply."""
+        if exporting():  # a traced or exported graph holds the plain layers (myriad.nn.tracing)
+            return None
         plan = self._plan()
         # Chunks are for CPU caches. Rows that fit in one chunk and one stream gain nothing from
         # chunking: they run layer by layer, as a plain nn.Sequential (the same results).

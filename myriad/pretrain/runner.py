@@ -160,7 +160,11 @@ class PretrainRunner(OnPolicyRunner):
         scalars["perf/update_share"] = t_update / total
         scalars.update(self.collector.episodes.summary())
         if self.videos is not None and self.videos.due(self.iteration_count + 1):
-            self.videos.record(self.model, self.iteration_count + 1)
+            # At this iteration's env steps, the scalars' x axis; backends that show videos
+            # (W&B) get the file.
+            done = self.env_steps + self.steps_per_iteration
+            video = self.videos.record(self.model, self.iteration_count + 1, done)
+            self.logger.log_video("videos/population", video, self.iteration_count + 1, done)
         return scalars
 
     @torch.no_grad()
@@ -201,6 +205,10 @@ class PretrainRunner(OnPolicyRunner):
             self.env.device,
             **dict(cfg["env"].get("options") or {}),
         )
+        self.status(
+            f"final evaluation: {episodes} episode(s) in each of {len(self.member):,} envs "
+            f"({episodes * env.max_episode_steps} steps), entropy and coverage"
+        )
         seed = stream_seed(int(cfg["seed"]), "evaluation")  # never the training envs' episodes
         gen = make_generator(seed, env.device)
         obs = env.reset(seed=seed)
@@ -224,6 +232,7 @@ class PretrainRunner(OnPolicyRunner):
         result.update({f"eval_{k.replace('/', '_')}": v for k, v in measurement.scalars().items()})
         if not self.plots:
             return result
+        self.status(f"writing the coverage map and behaviour plots into {self.plots_dir}")
         walls = getattr(self.env, "layout", None)
         coverage_map(
             self.plots_dir / "coverage_map.png",
@@ -247,6 +256,9 @@ class PretrainRunner(OnPolicyRunner):
 
     def finish(self) -> dict[str, Any]:
         """Close the dataset, evaluate, write plots and ``summary.json``; returns the summary."""
+        if self.dataset is not None:
+            where = getattr(self.dataset, "path", None)  # torchrun ranks send rows to rank 0
+            self.status("closing the dataset" + (f" {where}" if where is not None else ""))
         dataset = self.dataset.finish(self.iteration_count) if self.dataset is not None else None
         fault_point("run.dataset_finished")
         result = self.evaluate(int(self.config["eval"]["episodes"]))

@@ -98,6 +98,10 @@ def runner_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "plots": bool(cfg.get("plots", True)),
         "checkpoint_every": int(cfg.get("checkpoint_every", 0)),
         "keep_checkpoints": cfg.get("keep_checkpoints"),
+        "console_every": int((cfg.get("console") or {}).get("every", 0)),
+        "console_every_s": float((cfg.get("console") or {}).get("every_s", 10.0)),
+        "logger": str(cfg.get("logger", "tensorboard")),
+        "wandb": dict(cfg.get("wandb") or {}),
     }
 
 

@@ -39,9 +39,12 @@ from myriad.utils.checkpoint import (
     save_checkpoint,
 )
 from myriad.utils.config import LOCK_NAME, output_folder, release_folder
+from myriad.utils.console import ConsoleReport
 from myriad.utils.digest import write_config_file
 from myriad.utils.faults import fault_point
+from myriad.utils.loggers import make_backends, parse_backends
 from myriad.utils.logging import ScalarLogger, to_float
+from myriad.utils.optional import require
 from myriad.utils.runlock import RunLock
 
 
@@ -70,10 +73,18 @@ class RunnerBase(abc.ABC):
             ``config.yaml``, stored in checkpoints and compared on resume.
         run_dir: the run directory (created).
         progress: show a ``rich`` progress bar (only when stdout is a terminal).
-        tensorboard: write TensorBoard events.
+        tensorboard: write TensorBoard events (False drops ``tensorboard`` from ``logger``).
         checkpoint_every: save every this many iterations (0: only when ``learn`` ends).
         keep_checkpoints: keep only the newest this many checkpoints (None: keep all).
         plots: write ``plots/`` when ``learn`` returns.
+        console_every: iterations between blocks of key figures on stdout (0: by time).
+        console_every_s: with ``console_every`` 0, seconds between blocks (0: no blocks). The
+            blocks and status lines are printed when ``progress`` is on, on a terminal and
+            into a log file alike (:mod:`myriad.utils.console`).
+        logger: the log backends, ``tensorboard`` (default), ``wandb``, ``tensorboard+wandb``
+            or ``none`` (:mod:`myriad.utils.loggers`); env steps are their x axis.
+        wandb: options of the W&B backend (``project``, ``entity``, ``mode``, ``group``,
+            ``tags``).
     """
 
     #: Dotted config keys (``fnmatch`` patterns) that may differ between a checkpoint and the
@@ -96,6 +107,11 @@ class RunnerBase(abc.ABC):
         "*.plots",
         "tensorboard",
         "*.tensorboard",
+        "console",
+        "console.*",
+        "logger",
+        "wandb",
+        "wandb.*",
         "run_dir",
         "*.run_dir",
         "resume",
@@ -115,6 +131,10 @@ class RunnerBase(abc.ABC):
         checkpoint_every: int = 0,
         keep_checkpoints: int | None = None,
         plots: bool = True,
+        console_every: int = 0,
+        console_every_s: float = 10.0,
+        logger: str = "tensorboard",
+        wandb: Mapping[str, Any] | None = None,
     ) -> None:
         self.config: dict[str, Any] = plain_config(config if config is not None else {})
         self.run_dir = Path(run_dir)
@@ -127,6 +147,11 @@ class RunnerBase(abc.ABC):
         self.checkpoint_every = int(checkpoint_every)
         self.keep_checkpoints = keep_checkpoints
         self.plots = plots
+        self.console = ConsoleReport(progress, console_every, console_every_s)
+        self.log_backends = parse_backends(logger)  # checked here, before anything runs
+        self.wandb_options = dict(wandb or {})
+        if "wandb" in self.log_backends:
+            require("wandb", "wandb")  # missing: one line before the run starts
         self.iteration_count = 0
         #: Processes the run is spread over (torchrun ranks); checkpoints resume with as many.
         self.world_size = 1
@@ -134,6 +159,8 @@ class RunnerBase(abc.ABC):
         self.wall_time = 0.0
         self._logger: ScalarLogger | None = None
         self._pending_history: dict[str, Any] | None = None
+        # (iteration, env steps, perf_counter) at the last console block and when learn began.
+        self._console_mark = self._console_start = (0, 0, time.perf_counter())
 
     # ---------------------------------------------------------------- for subclasses
 
@@ -157,8 +184,14 @@ class RunnerBase(abc.ABC):
     @property
     def logger(self) -> ScalarLogger:
         if self._logger is None:
-            purge = self.iteration_count + 1 if self.iteration_count else None
-            self._logger = ScalarLogger(self.run_dir, self.tensorboard, purge_step=purge)
+            # The backends' x axis is env steps: a resumed run hides what the interrupted one
+            # logged after its checkpoint.
+            purge = self.env_steps + 1 if self.iteration_count else None
+            names = [b for b in self.log_backends if b != "tensorboard" or self.tensorboard]
+            backends = make_backends(
+                names or "none", self.run_dir, purge_step=purge, wandb=self.wandb_options
+            )
+            self._logger = ScalarLogger(backends=backends)
             if self._pending_history is not None:
                 self._logger.load_state_dict(self._pending_history)
                 self._pending_history = None
@@ -176,6 +209,12 @@ class RunnerBase(abc.ABC):
 
     def write_summary(self) -> Path:
         return self.logger.write_summary(self.run_dir / "summary.json", **self.summary())
+
+    def status(self, text: str) -> None:
+        """Say on stdout what the run is doing (a step that may take a while, such as the final
+        evaluation or the plots), when ``progress`` is on."""
+        self.console.enabled = self.progress
+        self.console.status(text)
 
     def finish(self) -> dict[str, Any]:
         """End of training: write ``summary.json`` and return the summary. Runners with final
@@ -198,7 +237,20 @@ class RunnerBase(abc.ABC):
         # leaves the run's config.yaml describing its checkpoints.
         self.write_config()
         logger = self.logger
+        logger.log_config(self.config)
+        # Ranks other than 0 of a torchrun launch turn progress off after construction.
+        self.console.enabled = self.progress
+        if self.iteration_count < num_iterations:
+            self.status(
+                f"training {self.run_dir}: iterations {self.iteration_count + 1}-{num_iterations}"
+                f" of {self.steps_per_iteration:,} env steps each"
+            )
         bar = _ProgressBar(self.progress, self.iteration_count, num_iterations)
+        self.console.rich = bar.console
+        reported = self.iteration_count
+        # Speed over the iterations since the last block; time and ETA by the wall clock.
+        self._console_mark = (self.iteration_count, self.env_steps, time.perf_counter())
+        self._console_start = self._console_mark
         saved_at = -1
         failed = True
         try:
@@ -213,8 +265,13 @@ class RunnerBase(abc.ABC):
                 scalars["perf/iteration_time_s"] = elapsed
                 scalars["perf/steps_per_second"] = sps
                 scalars["perf/env_steps"] = float(self.env_steps)
-                logger.log(self.iteration_count, scalars)
+                logger.log(self.iteration_count, scalars, env_steps=self.env_steps)
                 bar.advance(sps)
+                if self.console.due(self.iteration_count) or (
+                    self.iteration_count == num_iterations and reported != num_iterations
+                ):
+                    self._console_block(logger.latest(), num_iterations)
+                    reported = self.iteration_count
                 if self.checkpoint_every and self.iteration_count % self.checkpoint_every == 0:
                     self.save_checkpoint()
                     saved_at = self.iteration_count
@@ -223,10 +280,12 @@ class RunnerBase(abc.ABC):
             failed = False
         finally:
             bar.close()
+            self.console.rich = None
             try:
                 logger.flush()
                 self.write_summary()
                 if self.plots and logger.history:
+                    self.status(f"writing the scalar plots into {self.plots_dir}")
                     logger.plot(self.plots_dir)
             except Exception:
                 # After a failure (a full disk, say) the summary and plots may fail for the same
@@ -238,6 +297,18 @@ class RunnerBase(abc.ABC):
     def write_config(self) -> Path:
         """Write ``config.yaml`` (with its digest, see :mod:`myriad.utils.digest`)."""
         return write_config_file(self.run_dir / "config.yaml", self.config)
+
+    def _console_block(self, scalars: Mapping[str, float], total: int) -> None:
+        now = time.perf_counter()
+        _, steps0, t0 = self._console_mark
+        start_it, _, start_t = self._console_start
+        sps = (self.env_steps - steps0) / (now - t0) if now > t0 else 0.0
+        done = self.iteration_count - start_it
+        eta = (now - start_t) / done * (total - self.iteration_count) if done else 0.0
+        self.console.block(
+            scalars, self.iteration_count, total, self.env_steps, now - start_t, sps, eta
+        )
+        self._console_mark = (self.iteration_count, self.env_steps, now)
 
     def close(self) -> None:
         if self._logger is not None:
@@ -507,6 +578,12 @@ class _ProgressBar:
         )
         self._task = self._progress.add_task("train", total=total, completed=done, sps=0.0)
         self._progress.start()
+
+    @property
+    def console(self) -> Any:
+        """The bar's rich console while the bar is shown (lines printed through it appear
+        above the bar), else None."""
+        return self._progress.console if self._progress is not None else None
 
     def advance(self, steps_per_second: float) -> None:
         if self._progress is not None:

@@ -64,6 +64,10 @@ def report() -> tuple[str, bool]:
         "ray": "ray",
         "minari": "offline",
         "d3rlpy": "offline",
+        "onnx": "export",
+        "onnxscript": "export",
+        "onnxruntime": "export",
+        "wandb": "wandb",
     }
     for module, extra in optional.items():
         state = "installed" if available(module) else f"missing (pip install 'myriad-rl[{extra}]')"

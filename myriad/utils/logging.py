@@ -1,4 +1,5 @@
-"""Scalar logging: TensorBoard events, an in-memory history for plots, and ``summary.json``."""
+"""Scalar logging: an in-memory history for plots and ``summary.json``, and the backends that
+write it out (TensorBoard, Weights & Biases: :mod:`myriad.utils.loggers`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from myriad.utils.checkpoint import atomic_write_text
+
+if TYPE_CHECKING:
+    from myriad.utils.loggers import LogBackend
 
 History = dict[str, list[tuple[int, float]]]
 
@@ -22,13 +26,15 @@ def to_float(value: float | int | torch.Tensor) -> float:
 
 
 class ScalarLogger:
-    """Writes scalars to TensorBoard and keeps every logged value in memory.
+    """Keeps every logged value in memory and writes them to its backends.
 
     Args:
         log_dir: TensorBoard event directory; None keeps the history only.
-        tensorboard: write TensorBoard events to ``log_dir``.
-        purge_step: on resume, TensorBoard hides events at or after this step left by the
+        tensorboard: write TensorBoard events to ``log_dir`` (when ``backends`` is None).
+        purge_step: on resume, TensorBoard hides events at or after this x value left by the
             interrupted run, so curves do not fold back.
+        backends: where scalars go (:mod:`myriad.utils.loggers`); None: TensorBoard in
+            ``log_dir`` as ``tensorboard`` says.
     """
 
     def __init__(
@@ -36,34 +42,60 @@ class ScalarLogger:
         log_dir: str | os.PathLike[str] | None = None,
         tensorboard: bool = True,
         purge_step: int | None = None,
+        backends: Sequence[LogBackend] | None = None,
     ) -> None:
         self.history: History = {}
-        self._writer = None
-        if log_dir is not None and tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # slow import, only when used
+        if backends is None:
+            backends = []
+            if log_dir is not None and tensorboard:
+                from myriad.utils.loggers import TensorBoardBackend
 
-            self._writer = SummaryWriter(str(log_dir), purge_step=purge_step)
+                backends = [TensorBoardBackend(log_dir, purge_step)]
+        self.backends: list[LogBackend] = list(backends)
 
-    def log(self, step: int, scalars: Mapping[str, float | int | torch.Tensor]) -> None:
-        """Record ``scalars`` at ``step`` (non-finite values are kept in the history only)."""
+    def log(
+        self,
+        step: int,
+        scalars: Mapping[str, float | int | torch.Tensor],
+        env_steps: int | None = None,
+    ) -> None:
+        """Record ``scalars`` of iteration ``step``; the backends get them at x = ``env_steps``
+        (default ``step``). Non-finite values are kept in the history only."""
+        finite = {}
         for name, value in scalars.items():
             v = to_float(value)
             self.history.setdefault(name, []).append((int(step), v))
-            if self._writer is not None and math.isfinite(v):
-                self._writer.add_scalar(name, v, int(step))
+            if math.isfinite(v):
+                finite[name] = v
+        x = int(step if env_steps is None else env_steps)
+        for backend in self.backends:
+            backend.log_scalars(finite, x, int(step))
+
+    def log_video(
+        self, tag: str, path: str | os.PathLike[str], step: int, env_steps: int | None = None
+    ) -> None:
+        """Give a video file of iteration ``step`` to the backends that show videos."""
+        x = int(step if env_steps is None else env_steps)
+        for backend in self.backends:
+            backend.log_video(tag, Path(path), x, int(step))
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """Give the run's resolved config to every backend (when training starts)."""
+        for backend in self.backends:
+            backend.log_config(config)
 
     def latest(self) -> dict[str, float]:
         """The last logged value of every scalar."""
         return {name: points[-1][1] for name, points in self.history.items() if points}
 
     def flush(self) -> None:
-        if self._writer is not None:
-            self._writer.flush()
+        for backend in self.backends:
+            backend.flush()
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        backends, self.backends = self.backends, []
+        for backend in backends:
+            backend.close()
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": {k: [list(p) for p in v] for k, v in self.history.items()}}
@@ -105,6 +137,7 @@ class ScalarLogger:
                 steps, values = zip(*self.history[name])
                 ax.plot(steps, values, linewidth=1.0)
                 ax.set_title(name, fontsize=8)
+                ax.set_xlabel("iteration", fontsize=7)
                 ax.tick_params(labelsize=7)
             for ax in list(axes.flat)[len(names) :]:
                 ax.set_visible(False)

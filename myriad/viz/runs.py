@@ -219,8 +219,11 @@ class TrainingVideos:
         """Whether iteration ``iteration`` (1-based, just completed) is recorded."""
         return iteration % self.every == 0
 
-    def record(self, model: PopulationActorCritic, iteration: int) -> Path:
-        """Write the video of iteration ``iteration`` and log its still; returns the file."""
+    def record(
+        self, model: PopulationActorCritic, iteration: int, env_steps: int | None = None
+    ) -> Path:
+        """Write the video of iteration ``iteration`` and log its still at x = ``env_steps``
+        (default ``iteration``; the scalars' x axis is env steps); returns the file."""
         from myriad.viz.render import render_population
 
         result = render_population(
@@ -241,7 +244,8 @@ class TrainingVideos:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._writer = SummaryWriter(str(self.run_dir), filename_suffix=".videos")
-            self._writer.add_image("videos/population", result.still, iteration, dataformats="HWC")
+            step = iteration if env_steps is None else env_steps
+            self._writer.add_image("videos/population", result.still, step, dataformats="HWC")
             self._writer.flush()
         return result.grid
 
