@@ -114,7 +114,11 @@ def check_algorithm_config(name: str) -> str:
     """
     options = sorted(p.stem for p in (config_dir() / "algo").glob("*.yaml"))
     if name not in options:
-        raise ConfigError(f"unknown algorithm {name!r}; known: {', '.join(options)}")
+        presets = [o for o in options if o not in ALGORITHMS]
+        raise ConfigError(
+            f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS)} "
+            f"(presets: {', '.join(presets)})"
+        )
     return name
 
 
