@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The regime benchmark's runs in the order they are taken (each command skips what has finished
+# and resumes what was interrupted), from a checkout at a fixed commit:
+#
+#   git worktree add --detach /work/bench-regime HEAD
+#   cd /work/bench-regime && PYTHON=/path/to/.venv/bin/python benchmarks/cpo_regime_queue.sh
+#
+# Finished runs write benchmarks/results/cpo_regime/<task>-b6x4096[-kmyriad]/<algo>-seed<k>.json
+# in that checkout; copy them into the main checkout and commit them.
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PY="${PYTHON:-python3}"
+B=benchmarks/cpo_regime.py
+INIT='runs/bench/cpo_regime/pretrain/maze-far-b6x4096-seed{seed}'
+"$PY" $B run --algos ppo,cpo,sapg,pbt --seeds 0
+"$PY" $B pretrain --seeds 0 --env-steps 1e7
+"$PY" $B run --algos cpo,ppo --seeds 0 --init-from "$INIT"
+"$PY" $B run --algos ppo,cpo,sapg,pbt --seeds 1-4
+"$PY" $B pretrain --seeds 1-4 --env-steps 1e7
+"$PY" $B run --algos cpo,ppo --seeds 1-4 --init-from "$INIT"
+# The scale sweep at equal env steps, then the harder maze.
+"$PY" $B run --algos ppo,cpo,sapg --seeds 0-4 --envs-per-block 512
+"$PY" $B run --algos ppo,cpo,sapg --seeds 0-4 --envs-per-block 64
+"$PY" $B run --task big-maze --algos ppo,cpo,sapg,pbt --seeds 0-4
