@@ -75,6 +75,8 @@ AGREEMENT: tuple[str, ...] = (
 AGREEMENT_ALGOS: dict[str, tuple[str, ...]] = {
     "ppo": ("population.size=1",),
     "cpo": ("population.size=4",),
+    "sapg": ("population.size=4",),
+    "pbt": ("population.size=4", "algo.interval=3"),
 }
 
 #: The algorithms whose update splits by rows (every coupling on: the set point, the
@@ -257,7 +259,7 @@ def test_split_update_is_the_one_process_update(tmp_path):
     assert set(result) == set(SPLIT_ALGOS)
     for algo, figures in result.items():
         assert figures["replica_difference"] == 0.0, algo
-        assert figures["parameter_change"] > 1e-3, algo  # the updates moved the weights
+        assert figures["parameter_change"] > 1e-4, algo  # the updates moved the weights
         # Sums of two halves against one sum, in float32: rounding, orders below the change.
         assert figures["parameter_difference"] < 1e-5, (algo, figures)
         assert figures["loss_difference"] < 1e-5, (algo, figures)
@@ -463,9 +465,10 @@ def _rows_main(report: str) -> int:
             stats = [algorithm.update(rollout) for _ in range(2)][-1]
             if algo == "pbt":  # an exploit round from returns the ranks summed
                 stats.update(algorithm.end_iteration(np.arange(4.0), np.ones(4)))
-            results.append((model.state_dict(), stats, algorithm))
+            weights = {k: v.detach().clone() for k, v in model.named_parameters()}
+            results.append((weights, stats, algorithm))
         (a, stats_a, one), (b, stats_b, split_) = results
-        start = setup.model.state_dict()
+        start = dict(setup.model.named_parameters())
         out[algo] = {
             "parameter_difference": max(float((a[k] - b[k]).abs().max()) for k in a),
             "parameter_change": max(float((a[k] - start[k]).abs().max()) for k in a),
