@@ -15,8 +15,12 @@ machine's load falls on each alike:
 Every variant runs the ``myriad`` command through this script, which times the update and logs
 it as ``train/update_seconds``. Per run: the median over iterations (the first two left out) of
 rank 0's ``perf/steps_per_second`` (env steps of all ranks per second of wall time), of its
-iteration time and of its update's seconds. The machine's load average is recorded with every
-run: on a shared machine the figures are only as steady as its load.
+iteration time, of its update's seconds and of the CPU seconds of its process per iteration.
+The machine's load average is recorded with every run. On a machine shared with other jobs the
+wall-clock figures follow the load, and two processes get two shares of the cores where one
+process gets one, which flatters the ranks; ``cpu_speed_vs_one_process`` (one process's CPU
+seconds per iteration over rank 0's) is the speed-up on cores of their own, less the time a rank
+waits for the other in a collective.
 
     python benchmarks/torchdist_finetune_throughput.py [--algos ppo cpo sapg] [--repeats 2]
 
@@ -95,6 +99,7 @@ def figures(run_dir: Path) -> dict[str, Any]:
         "steps_per_second": statistics.median(series("perf/steps_per_second")),
         "iteration_s": statistics.median(series("perf/iteration_time_s")),
         "update_s": statistics.median(series("train/update_seconds")),
+        "cpu_s": statistics.median(series("perf/cpu_seconds")),
         "return_last3": statistics.fmean([v for _, v in history["episode/return"][-3:]]),
     }
 
@@ -102,6 +107,7 @@ def figures(run_dir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=["ppo", "cpo", "sapg"])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--num-envs", type=int, default=4096)
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos:
             for repeat in range(args.repeats):
-                order = VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]
+                order = args.variants if repeat % 2 == 0 else args.variants[::-1]
                 for variant in order:
                     run_dir = Path(tmp) / f"{algo}-{variant}-{repeat}"
                     config = overrides(algo, args.num_envs, args.iterations)
@@ -136,13 +142,18 @@ def main(argv: list[str] | None = None) -> int:
                 key: statistics.median(
                     [r[key] for r in rows if r["variant"] == v and r["algo"] == algo]
                 )
-                for key in ("steps_per_second", "iteration_s", "update_s")
+                for key in ("steps_per_second", "iteration_s", "update_s", "cpu_s")
             }
-            for v in VARIANTS
+            for v in args.variants
         }
         base = cells["one_process"]["steps_per_second"]
+        base_cpu = cells["one_process"]["cpu_s"]
         for cell in cells.values():
             cell["speed_vs_one_process"] = cell["steps_per_second"] / base
+            # What each rank's core does per iteration against one process: the speed-up on
+            # cores of their own, which the load of other jobs changes much less than the wall
+            # clock (a rank waiting in a collective sleeps).
+            cell["cpu_speed_vs_one_process"] = base_cpu / cell["cpu_s"]
         summary[algo] = cells
     payload = {
         "machine": machine_info(),
@@ -150,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "note": "a shared 2-core machine: the load averages (1, 5, 15 min) of every run are "
-        "recorded; figures taken under a load above 2 are slowed by other jobs",
+        "recorded; under a load above 2 the wall-clock figures are slowed by other jobs and "
+        "two ranks get two shares of the cores (cpu_speed_vs_one_process is not)",
         "summary": summary,
         "runs": rows,
     }
@@ -159,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{algo:5s} {variant:22s} {cell['steps_per_second']:10,.0f} env-steps/s "
                 f"({cell['speed_vs_one_process']:.2f}x) iteration {cell['iteration_s']:.3f} s "
-                f"update {cell['update_s']:.3f} s"
+                f"update {cell['update_s']:.3f} s, CPU {cell['cpu_s']:.3f} s "
+                f"({cell['cpu_speed_vs_one_process']:.2f}x)"
             )
     print(f"written {write_json(args.out, payload)}")
     return 0
@@ -174,6 +187,7 @@ def timed_rank(argv: list[str]) -> int:
     from myriad.finetune.base import FinetuneAlgorithm
     from myriad.finetune.cpo import CPO
     from myriad.finetune.pbt import PBT
+    from myriad.finetune.runner import FinetuneRunner
     from myriad.finetune.sapg import SAPG
     from myriad.rl.ppo import PPO
 
@@ -194,6 +208,15 @@ def timed_rank(argv: list[str]) -> int:
 
     for cls in (PPO, SAPG, CPO):
         cls.update = timed(cls.update)  # type: ignore[method-assign]
+    iteration = FinetuneRunner.iteration
+
+    def cpu_timed_iteration(self: FinetuneRunner) -> dict[str, float]:
+        start = time.process_time()
+        scalars = iteration(self)
+        scalars["perf/cpu_seconds"] = time.process_time() - start
+        return scalars
+
+    FinetuneRunner.iteration = cpu_timed_iteration  # type: ignore[method-assign]
     return cli_main(argv)
 
 
