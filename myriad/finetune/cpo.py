@@ -399,6 +399,10 @@ class CPO(SAPG):
         if part is not None:
             assert self.share is not None
             advantage = self.share.all_gather(advantage, 1)
+        elif self.share is not None and self.share.rank:
+            # Steps that do not split: every process computed all of them, and the moments
+            # summed over the processes must count them once.
+            self._awac_own = advantage[:, :0]
         return advantage
 
     @torch.no_grad()
