@@ -5,8 +5,10 @@ Both learn on ``nav-maze`` with the dense task reward from ``E`` parallel envs: 
 observation normalisation), the same rollout length, epochs, minibatches, clip ranges, discount,
 GAE lambda and KL-adaptive learning rate. rsl_rl (the ``rsl-rl-lib`` package, the ``bench`` extra)
 runs its own ``OnPolicyRunner.learn`` through :class:`RslRlNavEnv`, a thin adapter from a myriad
-env to rsl_rl's ``VecEnv``; myriad runs ``RolloutCollector.collect`` + ``PPO.update``, which is
-what its ``OnPolicyRunner.iteration`` does. Timed blocks of iterations alternate between the two
+env to rsl_rl's ``VecEnv``; myriad runs what ``myriad finetune --algo ppo`` runs: the command's
+config (with the settings above as overrides) and ``FinetuneRunner.learn`` with its thread
+setting (:class:`RunnerLearner`), so the timing includes the runner's own per-iteration work
+(episode statistics, logging). Timed blocks of iterations alternate between the two
 (A B, then B A, ...) so that the load from other processes on the machine falls on both alike;
 each block's env-steps/s is recorded and the ratio is taken of the medians. Each block also
 records env-steps per CPU-second of the process (``cpu_ratio``), which the load of other
@@ -14,8 +16,8 @@ processes changes much less than the wall clock.
 
 The same runs give the learning curves (mean return of the episodes finished in each iteration,
 measured identically for both by the adapter and myriad's episode tracker). A second part times
-a SAPG population of 16 members against single-policy PPO in myriad (the finetuning algorithms,
-same env and network), interleaved in the same way.
+a SAPG population of 16 members against single-policy PPO in myriad (both through the finetuning
+runner, same env and network), interleaved in the same way.
 
 Differences that remain by design, and cost myriad time rather than save it: myriad bootstraps
 truncated episodes from V(final observation) (a critic pass over the truncated steps after each
@@ -23,10 +25,12 @@ rollout) where rsl_rl uses V(current observation), and myriad normalises the cri
 (value normalisation).
 Advantages are normalised per minibatch in myriad and per rollout in rsl_rl.
 
-Both run in one process, under the OpenMP wait policy of the environment (recorded in the JSON's
-``machine.openmp``): unset, libgomp's default, as for ``myriad finetune`` and for a plain rsl_rl
-script. ``OMP_WAIT_POLICY=PASSIVE python benchmarks/rsl_rl_compare.py`` times both with sleeping
-idle threads (as ``myriad pretrain`` runs), which slows rsl_rl's two-thread loop.
+Both run in one process with the process settings of every myriad process, applied when this
+script imports myriad, before torch (``myriad.utils.process``; recorded in the JSON's
+``settings.process_settings`` and ``machine.openmp``): idle OpenMP threads sleep
+(``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets a policy) and glibc keeps freed memory.
+``OMP_WAIT_POLICY=ACTIVE python benchmarks/rsl_rl_compare.py`` times both with spinning idle
+threads instead.
 
     .venv/bin/python benchmarks/rsl_rl_compare.py                 # full: threads 1 and 2
     .venv/bin/python benchmarks/rsl_rl_compare.py --quick         # a smoke run
@@ -39,23 +43,28 @@ idle threads (as ``myriad pretrain`` runs), which slows rsl_rl's two-thread loop
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+# isort: off
+# myriad first, as in the command: importing it applies the process settings (OpenMP wait
+# policy, allocator; myriad.utils.process) before torch loads its OpenMP runtime.
+import myriad  # noqa: F401
 import torch
 
+# isort: on
 from myriad.bench.common import machine_info, write_json
 from myriad.envs import make
 from myriad.envs.base import VecEnv
-from myriad.nn.population import PopulationActorCritic
-from myriad.rl.collector import RolloutCollector
-from myriad.rl.ppo import PPO, PPOConfig
-from myriad.utils.seeding import make_generator, seed_everything
+from myriad.utils.process import apply_process_settings
+from myriad.utils.seeding import seed_everything
 
 DEFAULT_OUT = Path("benchmarks/results/rsl_rl_compare.json")
 ENV_NAME = "nav-maze"
@@ -216,22 +225,69 @@ class Learner:
         raise NotImplementedError
 
 
-class MyriadLoop(Learner):
-    """collect + update, what myriad's runners do each iteration."""
+class RunnerLearner(Learner):
+    """``myriad finetune --algo ALGO``: the command's config and runner
+    (:class:`~myriad.finetune.runner.FinetuneRunner`), trained by ``FinetuneRunner.learn`` with
+    the command's thread setting, so every iteration pays what a user's does (episode
+    statistics, member scalars, diagnostics, logging). The checkpoint and summary that a run
+    writes once, at its end, are left out of the timed blocks."""
 
-    collector: RolloutCollector
-    storage: Any
-    algorithm: PPO
+    def __init__(
+        self,
+        algo: str,
+        num_envs: int,
+        threads: int,
+        seed: int,
+        run_dir: Path,
+        overrides: tuple[str, ...] = (),
+    ) -> None:
+        from myriad.finetune.api import resolve_config
+        from myriad.finetune.runner import FinetuneRunner
+        from myriad.rl.runner import set_torch_threads
+
+        cfg = resolve_config(
+            algo,
+            [
+                f"env.name={ENV_NAME}",
+                *(f"env.options.{k}={v}" for k, v in ENV_OPTIONS.items()),
+                f"population.actor_hidden=[{','.join(map(str, HIDDEN))}]",
+                f"population.critic_hidden=[{','.join(map(str, HIDDEN))}]",
+                f"population.activation={ACTIVATION}",
+                f"population.init_log_std={INIT_LOG_STD}",
+                f"num_envs={num_envs}",
+                f"num_steps={NUM_STEPS}",
+                f"torch_threads={threads}",
+                f"seed={seed}",
+                "eval.every=0",
+                "checkpoint_every=0",
+                "progress=false",
+                "plots=false",
+                "tensorboard=false",
+                *overrides,
+            ],
+        )
+        set_torch_threads(cfg)
+        self.runner = runner = FinetuneRunner(cfg, run_dir)
+        runner.save_checkpoint = lambda *a, **k: run_dir  # type: ignore[method-assign]
+        runner.write_summary = lambda: run_dir  # type: ignore[method-assign]
+        self.rewards: list[float] = []
+        collect = runner.collect
+
+        def collect_and_note() -> Any:
+            rollout = collect()
+            self.rewards.append(float(rollout.rewards.mean()))
+            return rollout
+
+        runner.collect = collect_and_note  # type: ignore[method-assign]
+        self.steps_per_iteration = runner.steps_per_iteration
 
     def run(self, iterations: int) -> list[tuple[float, float]]:
-        out = []
-        for _ in range(iterations):
-            self.collector.collect(self.storage)
-            mean_reward = float(self.storage.rewards.mean())
-            self.algorithm.update(self.storage)
-            episodes = self.collector.episodes.summary()
-            out.append((mean_reward, episodes.get("episode/return", math.nan)))
-        return out
+        done = self.runner.iteration_count
+        self.runner.learn(done + iterations)
+        returns = dict(self.runner.logger.history.get("episode/return", []))
+        return [
+            (self.rewards[i], returns.get(i + 1, math.nan)) for i in range(done, done + iterations)
+        ]
 
 
 class RslRlLearner(Learner):
@@ -259,47 +315,6 @@ class RslRlLearner(Learner):
             self.runner.learn(1)
             out.append(self.env.summary())
         return out
-
-
-class MyriadLearner(MyriadLoop):
-    name = "myriad"
-
-    def __init__(
-        self, num_envs: int, seed: int, value_clip: float | None = MYRIAD_VALUE_CLIP
-    ) -> None:
-        seed_everything(seed)
-        env = nav_env(num_envs)
-        self.model = PopulationActorCritic(
-            env.obs_dim,
-            env.action_dim,
-            1,
-            actor_hidden=HIDDEN,
-            critic_hidden=HIDDEN,
-            activation=ACTIVATION,
-            init_log_std=INIT_LOG_STD,
-        )
-        self.algorithm = PPO(
-            self.model,
-            PPOConfig(
-                clip=CLIP,
-                epochs=EPOCHS,
-                minibatches=MINIBATCHES,
-                lr=LR,
-                gamma=GAMMA,
-                lam=LAM,
-                value_coef=VALUE_COEF,
-                value_clip=value_clip,
-                entropy_coef=ENTROPY_COEF,
-                max_grad_norm=MAX_GRAD_NORM,
-                desired_kl=DESIRED_KL,
-            ),
-            generator=make_generator(seed + 1, "cpu"),
-        )
-        self.collector = RolloutCollector(env, self.model, generator=make_generator(seed, "cpu"))
-        self.storage = self.collector.make_storage(NUM_STEPS)
-        self.collector.reset(seed)
-        desync(env)
-        self.steps_per_iteration = NUM_STEPS * num_envs
 
 
 def interleaved(
@@ -366,8 +381,28 @@ def compare_rsl_rl(
     value_clip: float | None = MYRIAD_VALUE_CLIP,
 ) -> dict[str, Any]:
     torch.set_num_threads(threads)
-    learners: list[Learner] = [MyriadLearner(num_envs, 0, value_clip), RslRlLearner(num_envs, 0)]
-    res = interleaved(learners, repeats, iterations)
+    clip = "null" if value_clip is None else str(value_clip)
+    # rsl_rl's adaptive schedule has no ceiling below 1e-2; the finetuning default's is 1e-3.
+    settings = (
+        "population.size=1",
+        f"+ppo.value_clip={clip}",
+        f"ppo.max_lr={1e-2}",
+        f"ppo.epochs={EPOCHS}",
+        f"ppo.minibatches={MINIBATCHES}",
+        f"ppo.lr={LR}",
+        f"ppo.clip={CLIP}",
+        f"ppo.gamma={GAMMA}",
+        f"ppo.lam={LAM}",
+        f"ppo.value_coef={VALUE_COEF}",
+        f"ppo.entropy_coef={ENTROPY_COEF}",
+        f"ppo.max_grad_norm={MAX_GRAD_NORM}",
+        f"ppo.desired_kl={DESIRED_KL}",
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = RunnerLearner("ppo", num_envs, threads, 0, Path(tmp) / "myriad", settings)
+        ours.name = "myriad"
+        learners: list[Learner] = [ours, RslRlLearner(num_envs, 0)]
+        res = interleaved(learners, repeats, iterations)
     mine, theirs = res["myriad"], res["rsl_rl"]
     window = max(1, len(mine["mean_reward"]) // 4)
     curves = {name: trend(res[name]["mean_reward"], window) for name in ("myriad", "rsl_rl")}
@@ -389,48 +424,18 @@ def compare_rsl_rl(
     }
 
 
-class FinetuneLearner(MyriadLoop):
-    """A myriad finetuning algorithm (``ppo`` or ``sapg``) driven by collect + update."""
-
-    def __init__(self, algo: str, size: int, num_envs: int, seed: int) -> None:
-        from myriad.finetune.algorithms import build_algorithm
-        from myriad.finetune.api import resolve_config
-        from myriad.finetune.init import build_population
-
-        cfg = resolve_config(
-            algo,
-            [
-                f"population.size={size}",
-                f"num_envs={num_envs}",
-                f"num_steps={NUM_STEPS}",
-                "task=dense",
-                f"seed={seed}",
-            ],
-        )
-        seed_everything(seed)
-        env = nav_env(num_envs)
-        self.model = build_population(cfg["population"], env.obs_dim, env.action_dim)
-        self.algorithm = build_algorithm(cfg, self.model, seed)
-        self.collector = RolloutCollector(
-            env,
-            self.model,
-            generator=make_generator(seed, "cpu"),
-            store_transitions=bool(getattr(self.algorithm, "needs_transitions", False)),
-        )
-        self.storage = self.collector.make_storage(NUM_STEPS)
-        self.collector.reset(seed)
-        desync(env)
-        self.name = f"{algo}-{size}"
-        self.steps_per_iteration = NUM_STEPS * num_envs
-
-
 def compare_population(
     num_envs: int, size: int, threads: int, repeats: int, iterations: int
 ) -> dict[str, Any]:
-    torch.set_num_threads(threads)
-    single = FinetuneLearner("ppo", 1, num_envs, 0)
-    population = FinetuneLearner("sapg", size, num_envs, 0)
-    res = interleaved([single, population], repeats, iterations)
+    with tempfile.TemporaryDirectory() as tmp:
+        single = RunnerLearner(
+            "ppo", num_envs, threads, 0, Path(tmp) / "ppo", ("population.size=1",)
+        )
+        population = RunnerLearner(
+            "sapg", num_envs, threads, 0, Path(tmp) / "sapg", (f"population.size={size}",)
+        )
+        single.name, population.name = "ppo-1", f"sapg-{size}"
+        res = interleaved([single, population], repeats, iterations)
     a, b = res[single.name], res[population.name]
     return {
         "num_envs": num_envs,
@@ -467,16 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         "--skip-rsl-rl", action="store_true", help="only the SAPG population against PPO"
     )
     ap.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
-    ap.add_argument(
-        "--keep-freed-memory",
-        action="store_true",
-        help="the allocator setting of the myriad command (myriad.utils.memory), for both",
-    )
     args = ap.parse_args(argv)
-    if args.keep_freed_memory:
-        from myriad.utils.memory import keep_freed_memory
-
-        keep_freed_memory()
     if args.quick:
         args.num_envs, args.repeats, args.iterations, args.threads = 256, 2, 1, [1]
     rsl_rl_version = None
@@ -537,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             "lr": LR,
             "desired_kl": DESIRED_KL,
             "myriad_value_clip": args.value_clip,
-            "keep_freed_memory": args.keep_freed_memory,
+            "process_settings": dataclasses.asdict(apply_process_settings()),
         },
         "rsl_rl_runs": runs,
         "population_runs": population,

@@ -1,23 +1,28 @@
-"""PPO finetuning over two torchrun ranks: the update split over the ranks against replicated.
+"""Finetuning over two torchrun ranks: the update split over the ranks against replicated.
 
-One policy (``algo=ppo population.size=1``) on the maze with the dense task and 4,096 envs, run
-four ways, interleaved so the machine's load falls on each alike:
+Each algorithm on the maze with the dense task and 4,096 envs (``algo=ppo``: one policy;
+``cpo`` and ``sapg``: their default population of 4), run four ways, interleaved so the
+machine's load falls on each alike:
 
 - ``one_process``: ``myriad finetune`` with one torch thread (the default);
 - ``one_process_2threads``: the same with ``torch_threads=2`` (both cores of this machine);
 - ``two_ranks_split``: ``torchrun --nproc_per_node=2 -m myriad finetune``, each rank stepping
-  half of the envs and updating on its own rows with averaged gradients (what ``algo=ppo``
-  does under torchrun);
-- ``two_ranks_replicated``: the same launch with the update replicated on both ranks over the
-  gathered rollout (what SAPG, CPO and PBT do), by setting
-  ``FinetuneAlgorithm.splits_over_ranks = False`` in the ranks before they start.
+  half of the envs and learning from its share of the update (by envs for PPO, by rows of every
+  minibatch for CPO and SAPG: ``FinetuneAlgorithm.rank_split``);
+- ``two_ranks_replicated``: the same launch with the whole update on both ranks over the
+  gathered rollout (``rank_split = "none"`` set in the ranks before they start).
 
-Every variant runs the ``myriad`` command through this script, which times PPO's update and logs
+Every variant runs the ``myriad`` command through this script, which times the update and logs
 it as ``train/update_seconds``. Per run: the median over iterations (the first two left out) of
 rank 0's ``perf/steps_per_second`` (env steps of all ranks per second of wall time), of its
-iteration time and of its update's seconds.
+iteration time, of its update's seconds and of the CPU seconds of its process per iteration.
+The machine's load average is recorded with every run. On a machine shared with other jobs the
+wall-clock figures follow the load, and two processes get two shares of the cores where one
+process gets one, which flatters the ranks; ``cpu_speed_vs_one_process`` (one process's CPU
+seconds per iteration over rank 0's) is the speed-up on cores of their own, less the time a rank
+waits for the other in a collective.
 
-    python benchmarks/torchdist_finetune_throughput.py [--repeats 2] [--iterations 12]
+    python benchmarks/torchdist_finetune_throughput.py [--algos ppo cpo sapg] [--repeats 2]
 
 Writes ``benchmarks/results/torchdist_finetune_throughput.json``.
 """
@@ -46,17 +51,19 @@ RANK_FLAG = "--rank"
 REPLICATED_FLAG = "--replicated"
 
 
-def overrides(num_envs: int, iterations: int) -> list[str]:
+def overrides(algo: str, num_envs: int, iterations: int) -> list[str]:
     """The agreement runs' task and quiet settings (no evaluation during training, no
-    checkpoints but the last, no plots), on the maze with one policy."""
+    checkpoints but the last, no plots), on the maze: one policy for PPO, the algorithm's
+    default population otherwise."""
     kept = [o for o in AGREEMENT if not o.startswith(SIZE_KEYS)]
-    return [*kept, "population.size=1", f"num_envs={num_envs}", f"iterations={iterations}"]
+    size = ["population.size=1"] if algo == "ppo" else []
+    return [*kept, *size, f"num_envs={num_envs}", f"iterations={iterations}"]
 
 
-def launch(variant: str, run_dir: Path, args: list[str]) -> None:
+def launch(algo: str, variant: str, run_dir: Path, args: list[str]) -> None:
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
     env.pop("WORLD_SIZE", None)
-    command = ["finetune", "--algo", "ppo", "--run-dir", str(run_dir), *args]
+    command = ["finetune", "--algo", algo, "--run-dir", str(run_dir), *args]
     script = [str(Path(__file__).resolve()), RANK_FLAG]
     if variant.startswith("one_process"):
         threads = "2" if variant.endswith("2threads") else "1"
@@ -92,12 +99,15 @@ def figures(run_dir: Path) -> dict[str, Any]:
         "steps_per_second": statistics.median(series("perf/steps_per_second")),
         "iteration_s": statistics.median(series("perf/iteration_time_s")),
         "update_s": statistics.median(series("train/update_seconds")),
+        "cpu_s": statistics.median(series("perf/cpu_seconds")),
         "return_last3": statistics.fmean([v for _, v in history["episode/return"][-3:]]),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "cpo", "sapg"])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--num-envs", type=int, default=4096)
@@ -108,69 +118,105 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(args.repeats):
-            order = VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]
-            for variant in order:
-                run_dir = Path(tmp) / f"{variant}-{repeat}"
-                launch(variant, run_dir, overrides(args.num_envs, args.iterations))
-                rows.append(
-                    {
-                        "variant": variant,
-                        "repeat": repeat,
-                        **figures(run_dir),
-                        "load_average": os.getloadavg(),
-                    }
+        for algo in args.algos:
+            for repeat in range(args.repeats):
+                order = args.variants if repeat % 2 == 0 else args.variants[::-1]
+                for variant in order:
+                    run_dir = Path(tmp) / f"{algo}-{variant}-{repeat}"
+                    config = overrides(algo, args.num_envs, args.iterations)
+                    launch(algo, variant, run_dir, config)
+                    rows.append(
+                        {
+                            "algo": algo,
+                            "variant": variant,
+                            "repeat": repeat,
+                            **figures(run_dir),
+                            "load_average": os.getloadavg(),
+                        }
+                    )
+                    print(rows[-1], flush=True)
+    summary: dict[str, dict[str, dict[str, float]]] = {}
+    for algo in args.algos:
+        cells = {
+            v: {
+                key: statistics.median(
+                    [r[key] for r in rows if r["variant"] == v and r["algo"] == algo]
                 )
-                print(rows[-1], flush=True)
-    summary = {
-        v: {
-            key: statistics.median([r[key] for r in rows if r["variant"] == v])
-            for key in ("steps_per_second", "iteration_s", "update_s")
+                for key in ("steps_per_second", "iteration_s", "update_s", "cpu_s")
+            }
+            for v in args.variants
         }
-        for v in VARIANTS
-    }
-    base = summary["one_process"]["steps_per_second"]
-    for cell in summary.values():
-        cell["speed_vs_one_process"] = cell["steps_per_second"] / base
+        base = cells["one_process"]["steps_per_second"]
+        base_cpu = cells["one_process"]["cpu_s"]
+        for cell in cells.values():
+            cell["speed_vs_one_process"] = cell["steps_per_second"] / base
+            # What each rank's core does per iteration against one process: the speed-up on
+            # cores of their own, which the load of other jobs changes much less than the wall
+            # clock (a rank waiting in a collective sleeps).
+            cell["cpu_speed_vs_one_process"] = base_cpu / cell["cpu_s"]
+        summary[algo] = cells
     payload = {
         "machine": machine_info(),
-        "config": overrides(args.num_envs, args.iterations),
+        "config": {algo: overrides(algo, args.num_envs, args.iterations) for algo in args.algos},
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
+        "note": "a shared 2-core machine: the load averages (1, 5, 15 min) of every run are "
+        "recorded; under a load above 2 the wall-clock figures are slowed by other jobs and "
+        "two ranks get two shares of the cores (cpu_speed_vs_one_process is not)",
         "summary": summary,
         "runs": rows,
     }
-    for variant, cell in summary.items():
-        print(
-            f"{variant:22s} {cell['steps_per_second']:10,.0f} env-steps/s "
-            f"({cell['speed_vs_one_process']:.2f}x) iteration {cell['iteration_s']:.3f} s "
-            f"update {cell['update_s']:.3f} s"
-        )
+    for algo, cells in summary.items():
+        for variant, cell in cells.items():
+            print(
+                f"{algo:5s} {variant:22s} {cell['steps_per_second']:10,.0f} env-steps/s "
+                f"({cell['speed_vs_one_process']:.2f}x) iteration {cell['iteration_s']:.3f} s "
+                f"update {cell['update_s']:.3f} s, CPU {cell['cpu_s']:.3f} s "
+                f"({cell['cpu_speed_vs_one_process']:.2f}x)"
+            )
     print(f"written {write_json(args.out, payload)}")
     return 0
 
 
 def timed_rank(argv: list[str]) -> int:
-    """One process of a variant: the myriad command with PPO's update timed (and, after
-    ``--replicated``, the update replicated over the ranks)."""
+    """One process of a variant: the myriad command with the update timed (and, after
+    ``--replicated``, the whole update on every rank)."""
     import time
 
     from myriad.cli import main as cli_main
     from myriad.finetune.base import FinetuneAlgorithm
+    from myriad.finetune.cpo import CPO
+    from myriad.finetune.pbt import PBT
+    from myriad.finetune.runner import FinetuneRunner
+    from myriad.finetune.sapg import SAPG
     from myriad.rl.ppo import PPO
 
     if argv[:1] == [REPLICATED_FLAG]:
-        FinetuneAlgorithm.splits_over_ranks = False
+        for cls in (FinetuneAlgorithm, SAPG, PBT):
+            cls.rank_split = "none"
         argv = argv[1:]
-    update = PPO.update
 
-    def timed_update(self: PPO, *args: Any, **kwargs: Any) -> dict[str, float]:
-        start = time.perf_counter()
-        stats = update(self, *args, **kwargs)
-        stats["update_seconds"] = time.perf_counter() - start
-        return stats
+    def timed(update: Any) -> Any:
+        def timed_update(self: PPO, *args: Any, **kwargs: Any) -> dict[str, float]:
+            start = time.perf_counter()
+            stats = update(self, *args, **kwargs)
+            # The outermost override writes last: the whole update of the algorithm.
+            stats["update_seconds"] = time.perf_counter() - start
+            return dict(stats)
 
-    PPO.update = timed_update  # type: ignore[method-assign]
+        return timed_update
+
+    for cls in (PPO, SAPG, CPO):
+        cls.update = timed(cls.update)  # type: ignore[method-assign]
+    iteration = FinetuneRunner.iteration
+
+    def cpu_timed_iteration(self: FinetuneRunner) -> dict[str, float]:
+        start = time.process_time()
+        scalars = iteration(self)
+        scalars["perf/cpu_seconds"] = time.process_time() - start
+        return scalars
+
+    FinetuneRunner.iteration = cpu_timed_iteration  # type: ignore[method-assign]
     return cli_main(argv)
 
 

@@ -14,6 +14,11 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 
+from myriad.utils.process import apply_process_settings
+
+# Before any myriad module imports torch: the settings every way of running myriad shares.
+apply_process_settings()
+
 try:
     __version__ = version("myriad-rl")
 except PackageNotFoundError:  # running from a source tree without installation

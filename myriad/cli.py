@@ -25,23 +25,8 @@ from typing import Any
 
 from myriad.utils.commandline import ArgumentParser
 
-#: Commands that run faiss (k-NN entropy) beside torch. faiss-cpu and torch each load an OpenMP
-#: runtime; when both work at once (pretraining searches during the update), idle threads that
-#: spin starve the other runtime's working threads on few cores, so these commands make idle
-#: threads sleep. The others keep libgomp's default, whose brief spinning makes each torch op's
-#: parallel region cheap: a PPO iteration at 4,096 envs on 2 cores took 0.63 s with it and 0.84 s
-#: with sleeping threads (myriad.nn.mlp; one-off observation, 2026-11-26). The policy is read
-#: when a runtime loads, so it is set before either is imported.
-SLEEPING_OPENMP_COMMANDS = ("pretrain", "bench")
-
-
-def _set_openmp_wait_policy(argv: list[str]) -> None:
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command in SLEEPING_OPENMP_COMMANDS:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-_set_openmp_wait_policy(sys.argv[1:])
+# The process settings (OpenMP wait policy) were applied when the myriad package was imported,
+# before torch (myriad.utils.process): the same for every command, torchrun rank and program.
 
 BENCHMARKS = {"envs": "myriad.bench.envs", "knn": "myriad.bench.knn", "gpu": "myriad.bench.gpu"}
 
@@ -392,9 +377,6 @@ def _os_error(exc: OSError, argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from myriad.utils.memory import keep_freed_memory
-
-    keep_freed_memory()  # the learning loop reuses its freed tensors' pages (myriad.utils.memory)
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("MYRIAD_DEBUG", "") not in ("", "0")
     args = [a for a in args if a != "--debug"]

@@ -80,16 +80,21 @@ def test_doctor_reports_faiss(capsys):
 
 
 @pytest.mark.parametrize(
-    ("argv", "preset", "expected"),
+    ("code", "preset", "expected"),
     [
-        (["pretrain", "iterations=1"], None, "PASSIVE"),
-        (["--debug", "bench", "knn"], None, "PASSIVE"),
-        (["finetune", "--algo", "ppo"], None, None),
-        (["render", "runs/x"], None, None),
-        (["pretrain"], "ACTIVE", "ACTIVE"),
+        # Every command, a torchrun rank (python -m myriad) and a program importing myriad
+        # first: sleeping idle OpenMP threads, set before torch loads its runtime.
+        ("sys.argv = ['myriad', 'pretrain']; import myriad.cli", None, "PASSIVE"),
+        ("sys.argv = ['myriad', 'finetune', '--algo', 'ppo']; import myriad.cli", None, "PASSIVE"),
+        ("sys.argv = ['myriad', 'render', 'runs/x']; import myriad.cli", None, "PASSIVE"),
+        ("import myriad.finetune", None, "PASSIVE"),
+        # The user's own policy stands.
+        ("sys.argv = ['myriad', 'finetune']; import myriad.cli", "ACTIVE", "ACTIVE"),
+        # torch first: its runtime kept libgomp's default, and the variable keeps saying so.
+        ("import torch; import myriad.finetune", None, None),
     ],
 )
-def test_openmp_wait_policy_is_chosen_per_command_before_torch_loads(argv, preset, expected):
+def test_openmp_wait_policy_is_set_once_for_every_entry_point(code, preset, expected):
     import os
     import subprocess
     import sys
@@ -97,11 +102,11 @@ def test_openmp_wait_policy_is_chosen_per_command_before_torch_loads(argv, prese
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if preset is not None:
         env["OMP_WAIT_POLICY"] = preset
-    code = (
-        f"import os, sys; sys.argv = ['myriad', *{argv!r}]; import myriad.cli; "
-        "print('torch' in sys.modules, os.environ.get('OMP_WAIT_POLICY'))"
+    probe = (
+        f"import os, sys; {code}; from myriad.utils.process import apply_process_settings; "
+        "print(apply_process_settings().torch_loaded_first, os.environ.get('OMP_WAIT_POLICY'))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert out == ["False", str(expected)]
+    assert out == [str(code.startswith("import torch")), str(expected)]

@@ -34,11 +34,13 @@ from myriad.distributed.torchdist import (
     rollout_like,
 )
 from myriad.distributed.torchdist.rollout import COLLECTED
+from myriad.distributed.torchdist.sync import GradientAverager
 from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.api import resolve_config
 from myriad.finetune.runner import FinetuneRunner
 from myriad.rl.collector import RolloutCollector
 from myriad.rl.on_policy import population_setup
+from myriad.rl.row_share import RowShare
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import make_generator
@@ -73,6 +75,16 @@ AGREEMENT: tuple[str, ...] = (
 AGREEMENT_ALGOS: dict[str, tuple[str, ...]] = {
     "ppo": ("population.size=1",),
     "cpo": ("population.size=4",),
+    "sapg": ("population.size=4",),
+    "pbt": ("population.size=4", "algo.interval=3"),
+}
+
+#: The algorithms whose update splits by rows (every coupling on: the set point, the
+#: discriminator, the AWAC pull, the sampled off-policy loss; PBT's per-member clip and rates).
+SPLIT_ALGOS: dict[str, tuple[str, ...]] = {
+    "sapg": (),
+    "cpo": ("algo.kl_target=0.1",),
+    "pbt": ("algo.interval=1",),
 }
 
 
@@ -231,7 +243,27 @@ def test_ppo_update_splits_over_two_ranks(tmp_path):
     assert result["parameter_change"] > 0.0  # it learnt
     # Two updates, each folding the 8 steps of all 16 envs (both ranks) into the statistics.
     assert result["obs_rows_folded"] == [2 * 8 * 16, 2 * 8 * 16]
-    assert result["cpo_split"] == [False, False]  # couplings across members: replicated
+    # Couplings across members: every rank learns from a share of the gathered rollout's rows.
+    assert result["cpo_split"] == [True, True]
+
+
+def test_split_update_is_the_one_process_update(tmp_path):
+    """SAPG's, CPO's and PBT's updates split by rows over two ranks (each rank a half of every
+    member's rows of each minibatch, the update-wide moments summed, the leader's log-probs,
+    the AWAC advantages and the discriminator's bonuses gathered) compute one process's
+    update of the same rollout: two updates agree to float rounding, and the replicas are
+    identical."""
+    report = tmp_path / "rows.json"
+    _launch(str(Path(__file__).resolve()), "split-rows", str(report))
+    result = json.loads(report.read_text())
+    assert set(result) == set(SPLIT_ALGOS)
+    for algo, figures in result.items():
+        assert figures["replica_difference"] == 0.0, algo
+        assert figures["parameter_change"] > 1e-4, algo  # the updates moved the weights
+        # Sums of two halves against one sum, in float32: rounding, orders below the change.
+        assert figures["parameter_difference"] < 1e-5, (algo, figures)
+        assert figures["loss_difference"] < 1e-5, (algo, figures)
+        assert figures["kl_difference"] < 1e-6, (algo, figures)
 
 
 @pytest.mark.parametrize(
@@ -373,7 +405,7 @@ def _split_main(run: str, report: str) -> int:
     change = max(float((p - q).abs().max()) for p, q in zip(runner.model.parameters(), before))
     flags = torch.tensor(
         [
-            float(runner.split_update),
+            float(runner.update_split == "envs"),
             float(runner.learning_rollout(runner.storage) is runner.local_storage),
             float(runner.model.obs_norm.count) - count,
         ]
@@ -382,7 +414,8 @@ def _split_main(run: str, report: str) -> int:
     replicas = replica_difference(runner.model, ranks)
     runner.close()
     cpo = ShardedFinetuneRunner(resolve_config("cpo", list(TINY)), f"{run}-cpo", ranks)
-    cpo_split = ranks.all_gather_cat(torch.tensor([[float(cpo.split_update)]]), dim=0)
+    rows = float(cpo.update_split == "rows" and cpo.algorithm.share is not None)
+    cpo_split = ranks.all_gather_cat(torch.tensor([[rows]]), dim=0)
     cpo.close()
     if ranks.is_writer:
         Path(report).write_text(
@@ -401,7 +434,58 @@ def _split_main(run: str, report: str) -> int:
     return 0
 
 
+def _rows_main(report: str) -> int:
+    """SAPG, CPO and PBT updates split over the ranks by rows against one process's update of
+    the same rollout (:func:`test_split_update_is_the_one_process_update`)."""
+    ranks = RankGroup.launch("cpu")
+    share = RowShare(ranks.rank, ranks.world_size, ranks.all_reduce_, ranks.all_gather_cat)
+    out: dict[str, dict[str, float]] = {}
+    for algo, extra in SPLIT_ALGOS.items():
+        cfg = resolve_config(algo, [*TINY, *extra])
+        setup = population_setup(cfg)  # every rank builds and collects the same rollout
+        collector = RolloutCollector(
+            setup.env,
+            setup.model,
+            setup.member,
+            make_generator(2, setup.env.device),
+            store_transitions=True,
+        )
+        storage = collector.make_storage(int(cfg["num_steps"]))
+        collector.reset(3)
+        collector.collect(storage)
+        results = []
+        for split in (False, True):
+            torch.manual_seed(4)  # the discriminator's initial weights
+            model = copy.deepcopy(setup.model)
+            algorithm = build_algorithm(setup.config, model, setup.seed)
+            if split:
+                algorithm.set_share(share)
+                algorithm.grad_sync = GradientAverager(ranks, algorithm.parameters)
+            rollout = copy.deepcopy(storage)
+            stats = [algorithm.update(rollout) for _ in range(2)][-1]
+            if algo == "pbt":  # an exploit round from returns the ranks summed
+                stats.update(algorithm.end_iteration(np.arange(4.0), np.ones(4)))
+            weights = {k: v.detach().clone() for k, v in model.named_parameters()}
+            results.append((weights, stats, algorithm))
+        (a, stats_a, one), (b, stats_b, split_) = results
+        start = dict(setup.model.named_parameters())
+        out[algo] = {
+            "parameter_difference": max(float((a[k] - b[k]).abs().max()) for k in a),
+            "parameter_change": max(float((a[k] - start[k]).abs().max()) for k in a),
+            "loss_difference": abs(stats_a["loss"] - stats_b["loss"]),
+            "kl_difference": abs(stats_a["kl"] - stats_b["kl"]),
+            "replica_difference": replica_difference(split_.model, ranks),
+        }
+        del one
+    if ranks.is_writer:
+        Path(report).write_text(json.dumps(out))
+    ranks.close()
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "split-ppo":
         raise SystemExit(_split_main(sys.argv[2], sys.argv[3]))
+    if sys.argv[1] == "split-rows":
+        raise SystemExit(_rows_main(sys.argv[2]))
     raise SystemExit(_rank_main(sys.argv[1], sys.argv[2]))

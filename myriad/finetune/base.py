@@ -14,8 +14,7 @@ class FinetuneAlgorithm(PPO):
     :class:`~myriad.finetune.runner.FinetuneRunner`, which also reads:
 
     - :attr:`needs_transitions`: the collector must store each step's ``next_obs``;
-    - :attr:`splits_over_ranks`: under torchrun, each rank may update on its own envs' rows
-      with gradients averaged over the ranks;
+    - :attr:`rank_split`: how torchrun ranks split the update;
     - :attr:`leader`: the member reported and evaluated as the leader;
     - :meth:`end_iteration`: called after each iteration with the finished episodes' sums.
 
@@ -24,12 +23,17 @@ class FinetuneAlgorithm(PPO):
 
     #: The collector must store each step's ``next_obs`` (SAPG's and CPO's one-step targets).
     needs_transitions: ClassVar[bool] = False
-    #: The loss is a mean over rows, each row's terms reading its own member only, so the
-    #: update may be split over torchrun ranks: each rank's minibatches come from its own envs
-    #: and the gradients are averaged (docs/distributed.md). False for an algorithm whose terms
-    #: read the rows of several members (SAPG's and CPO's leader on the followers' rows) or
-    #: act on the population as a whole (PBT): its update is replicated on every rank.
-    splits_over_ranks: ClassVar[bool] = True
+    #: How the update splits over torchrun ranks (docs/distributed.md). ``"envs"``: each rank
+    #: learns from its own envs' rows with gradients averaged and normalisers merged over the
+    #: ranks; right for a loss whose rows each read their own member only (plain PPO, one
+    #: policy). ``"rows"``: every rank holds the gathered rollout and learns from an equal share
+    #: of every member's rows of each minibatch (:class:`~myriad.rl.row_share.RowShare`), so
+    #: terms that read several members' rows (SAPG's and CPO's leader on the followers' rows,
+    #: the followers on the leader's) find them on every rank; the update-wide quantities are
+    #: computed on each rank's part and summed or gathered (SAPG, CPO, PBT). ``"none"``: every
+    #: rank runs the whole update on the gathered rollout (the same step, no speed-up; a
+    #: reference for benchmarks/torchdist_finetune_throughput.py).
+    rank_split: ClassVar[str] = "envs"
 
     @property
     def leader(self) -> int:

@@ -37,6 +37,7 @@ from myriad.finetune.sapg import SAPG, SAPGConfig, ensure_field, transitions
 from myriad.nn.distributions import gaussian_kl, gaussian_log_prob
 from myriad.nn.population import Evaluation, PopulationActorCritic
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig
+from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.config import ConfigError
 from myriad.utils.tensors import member_rows
@@ -279,8 +280,15 @@ class CPO(SAPG):
             self.initial_kl_coef = float(self.setpoint.kl_coef[0])
         self._sync_coefficients()
         self.coupling_stats: dict[str, float] = {}
-        #: The members' one-step advantages of the leader's steps during an update ``[M, N_L]``.
+        #: The members' one-step advantages of the leader's steps during an update ``[M, N_L]``,
+        #: and the columns of it this process computed (all of them unless the update is split).
         self._awac_advantage: torch.Tensor | None = None
+        self._awac_own: torch.Tensor | None = None
+
+    def set_share(self, share: RowShare | None) -> None:
+        super().set_share(share)
+        if self.adversarial is not None:
+            self.adversarial.share = share
 
     def _targets(self, num_followers: int) -> list[float]:
         """The KL target of every follower.
@@ -341,8 +349,8 @@ class CPO(SAPG):
         """SAPG's groups and the followers' one-step advantages of the leader's steps: each
         follower adds a copy of the leader's rows to the augmented batch (its AWAC rows)."""
         groups = super().advantage_groups(storage, planned, epochs)
-        if self._awac_advantage is not None:
-            follower = self._awac_advantage.index_select(0, self.follower_index).reshape(-1)
+        if self._awac_own is not None:
+            follower = self._awac_own.index_select(0, self.follower_index).reshape(-1)
             groups.append((follower, float(follower.shape[0])))
         return groups
 
@@ -355,15 +363,24 @@ class CPO(SAPG):
 
     @torch.no_grad()
     def _leader_log_probs(self, storage: RolloutStorage) -> None:
-        """The leader's log-density of every behaviour action, before this update."""
-        obs, actions = storage.flat("obs"), storage.flat("actions")
-        log_prob = self.model.log_prob(obs, self.leader, actions)
-        ensure_field(storage, "leader_log_prob").view(-1).copy_(log_prob)
+        """The leader's log-density of every behaviour action, before this update (when the
+        update is split: of this process's envs' actions, then gathered)."""
+        obs, actions = self.own_columns(storage.obs), self.own_columns(storage.actions)
+        t = storage.num_steps
+        log_prob = self.model.log_prob(
+            obs.reshape(-1, obs.shape[-1]), self.leader, actions.reshape(-1, actions.shape[-1])
+        ).view(t, -1)
+        if log_prob.shape[1] != storage.num_envs:
+            assert self.share is not None
+            log_prob = self.share.all_gather(log_prob, 1)
+        ensure_field(storage, "leader_log_prob").copy_(log_prob)
 
     @torch.no_grad()
     def _awac_advantages(self, storage: RolloutStorage) -> torch.Tensor:
         """``[M, T * E_L]``: every member's one-step TD advantage of the leader's steps (its own
-        critic on the leader's transitions), time-major over the leader's ``E_L`` envs."""
+        critic on the leader's transitions), time-major over the leader's ``E_L`` envs. When
+        the update is split, each process computes an equal part of the steps and the parts
+        are gathered; :attr:`_awac_own` keeps this process's part."""
         envs = self._leader_envs(storage)
         t, n_env = storage.num_steps, envs.shape[0]
         obs_all, next_all = transitions(storage)
@@ -371,9 +388,21 @@ class CPO(SAPG):
         next_obs = next_all.view(t, storage.num_envs, -1)[:, envs].reshape(t * n_env, -1)
         rewards = storage.rewards[:, envs].reshape(-1)
         terminated = storage.terminated[:, envs].reshape(-1)
+        part = None if self.share is None else self.share.block(t * n_env)
+        if part is not None:
+            obs, next_obs = obs[part], next_obs[part]
+            rewards, terminated = rewards[part], terminated[part]
         values = self._all_member_values(obs)
         next_values = self._all_member_values(next_obs)
         advantage, _ = one_step_td(rewards, values, next_values, terminated, self.config.gamma)
+        self._awac_own = advantage
+        if part is not None:
+            assert self.share is not None
+            advantage = self.share.all_gather(advantage, 1)
+        elif self.share is not None and self.share.rank:
+            # Steps that do not split: every process computed all of them, and the moments
+            # summed over the processes must count them once.
+            self._awac_own = advantage[:, :0]
         return advantage
 
     @torch.no_grad()
@@ -419,16 +448,22 @@ class CPO(SAPG):
     @torch.no_grad()
     def follower_kl(self, storage: RolloutStorage) -> torch.Tensor:
         """``[F]``: each follower's exact ``KL(pi_f || pi_L)`` averaged over all its own states
-        of the rollout, under the current weights (after an update: the post-update KL)."""
+        of the rollout, under the current weights (after an update: the post-update KL). When
+        the update is split, each process sums over its own envs' states and the ``[2, M]``
+        sums and counts are summed over the processes."""
         m = self.model.num_members
-        obs = storage.flat("obs")
-        member = rollout_labels(storage)  # [T * E]
+        obs = self.own_columns(storage.obs)
+        member = self.own_columns(rollout_labels(storage).view(storage.num_steps, -1))
+        obs, member = obs.reshape(-1, obs.shape[-1]), member.reshape(-1)
         own = self.model.action_params(obs, member)
         lead = self.model.action_params(obs, self.leader)
-        kl = gaussian_kl(own[0], own[1], lead[0], lead[1])  # [T * E], 0 on the leader's rows
-        sums = torch.zeros(m, dtype=kl.dtype, device=kl.device).index_add_(0, member, kl)
-        counts = torch.bincount(member, minlength=m).clamp(min=1)
-        return (sums / counts).index_select(0, self.follower_index)
+        kl = gaussian_kl(own[0], own[1], lead[0], lead[1])  # [N], 0 on the leader's rows
+        sums = torch.zeros(2, m, dtype=kl.dtype, device=kl.device)
+        sums[0].index_add_(0, member, kl)
+        sums[1].index_add_(0, member, torch.ones_like(kl))
+        if self.share is not None and obs.shape[0] != storage.num_steps * storage.num_envs:
+            sums = self.share.all_reduce(sums)
+        return (sums[0] / sums[1].clamp(min=1)).index_select(0, self.follower_index)
 
     def update(self, storage: RolloutStorage, critic_only: bool = False) -> dict[str, float]:
         """The PPO epochs, then one set-point step from the post-update KL.

@@ -18,6 +18,7 @@ from torch import nn
 
 from myriad.finetune.losses import discriminator_bonus
 from myriad.nn.population import ACTIVATIONS
+from myriad.rl.row_share import RowShare
 from myriad.rl.storage import RolloutStorage
 
 
@@ -123,6 +124,10 @@ class AdversarialReward:
             obs_dim, action_dim, num_members, self.config.hidden, self.config.activation
         ).to(device)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
+        #: This process's share when processes holding the same rollout split the work
+        #: (torchrun ranks): it scores its own envs' steps (the bonuses are gathered) and fits
+        #: on its share of every minibatch with the gradients averaged over the processes.
+        self.share: RowShare | None = None
 
     def _inputs(self, storage: RolloutStorage) -> tuple[torch.Tensor, torch.Tensor]:
         obs = storage.flat("obs")
@@ -146,12 +151,19 @@ class AdversarialReward:
         n = obs.shape[0]
         total = torch.zeros((), device=obs.device)
         steps = 0
+        share = self.share
         for _ in range(cfg.epochs):
             perm = torch.randperm(n, generator=self.generator, device=obs.device)
             for idx in perm.tensor_split(cfg.minibatches):
+                if share is not None:
+                    idx = share.rows(idx, 1, blocked=False)
                 loss = nn.functional.cross_entropy(self.net(obs[idx], actions[idx]), labels[idx])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                if share is not None:
+                    grads = [p.grad for p in self.net.parameters() if p.grad is not None]
+                    loss = loss.detach().clone()
+                    share.average_([*grads, loss.view(1)])
                 self.optimizer.step()
                 total = total + loss.detach()
                 steps += 1
@@ -165,13 +177,30 @@ class AdversarialReward:
         """
         obs, actions = self._inputs(storage)
         labels = rollout_labels(storage)
-        log_q, accuracy = self.score(obs, actions, labels)
-        bonus = discriminator_bonus(log_q, labels, self.coef, self.leader, self.config.log_q_floor)
+        t, e = storage.num_steps, storage.num_envs
+        block = None if self.share is None else self.share.block(e)
+        if block is None:
+            log_q, accuracy = self.score(obs, actions, labels)
+            bonus = discriminator_bonus(
+                log_q, labels, self.coef, self.leader, self.config.log_q_floor
+            ).view(t, e)
+        else:
+            assert self.share is not None
+            own_obs, own_actions = (
+                x.view(t, e, -1)[:, block].reshape(-1, x.shape[-1]) for x in (obs, actions)
+            )
+            own_labels = labels.view(t, e)[:, block].reshape(-1)
+            log_q, accuracy = self.score(own_obs, own_actions, own_labels)
+            bonus = discriminator_bonus(
+                log_q, own_labels, self.coef, self.leader, self.config.log_q_floor
+            )
+            bonus = self.share.all_gather(bonus.view(t, -1), 1)
+            accuracy = accuracy.reshape(1).clone()
+            self.share.average_([accuracy])
+            accuracy = accuracy[0]
         loss = self.fit(obs, actions, labels)
         stats = torch.stack([accuracy, loss, bonus.mean()]).tolist()
-        return bonus.view(storage.num_steps, storage.num_envs), dict(
-            zip(("disc_accuracy", "disc_loss", "adversarial_bonus"), stats)
-        )
+        return bonus, dict(zip(("disc_accuracy", "disc_loss", "adversarial_bonus"), stats))
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {

@@ -7,6 +7,7 @@ its inputs are and free of host syncs, so the algorithms can call it on every mi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
@@ -184,7 +185,9 @@ def sapg_entropy_coefficients(num_members: int, scale: float) -> torch.Tensor:
 
 
 def pooled_moments(
-    groups: list[tuple[torch.Tensor, float]], eps: float = 1e-8
+    groups: list[tuple[torch.Tensor, float]],
+    eps: float = 1e-8,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and standard deviation of a batch made of several groups of rows, each group known
     from a sample of its values and counted with its own number of rows.
@@ -199,15 +202,30 @@ def pooled_moments(
         groups: ``(values [n_g], count_g)``: a sample of the group's values and the number of
             rows it has in the batch (> 0).
         eps: floor of the returned std.
+        all_reduce: sums a tensor over processes in place (torchrun ranks that split an
+            update): each process gives its own part of every group's sample and row count,
+            and the moments are those of the union (one all-reduce of ``[G, 4]``).
 
     Returns:
         ``(mean, std)`` scalars; ``std`` uses the divisor ``C - 1`` for ``C`` rows in all, as
         ``torch.std`` does on the whole batch.
     """
     counts = torch.tensor([float(c) for _, c in groups], dtype=torch.float64)
-    means = torch.stack([v.detach().double().mean() for v, _ in groups])
-    variances = torch.stack([v.detach().double().var(unbiased=False) for v, _ in groups])
-    counts = counts.to(means.device)
+    if all_reduce is None:
+        means = torch.stack([v.detach().double().mean() for v, _ in groups])
+        variances = torch.stack([v.detach().double().var(unbiased=False) for v, _ in groups])
+        counts = counts.to(means.device)
+    else:
+        sums = torch.stack(
+            [
+                torch.stack([v.new_tensor(float(v.numel())), v.sum(), v.square().sum()])
+                for v in (v.detach().double() for v, _ in groups)
+            ]
+        )
+        sums = all_reduce(torch.cat([sums, counts.to(sums.device).unsqueeze(1)], dim=1))
+        n, total, square, counts = sums.unbind(dim=1)
+        means = total / n
+        variances = (square / n - means.square()).clamp(min=0.0)
     total = counts.sum()
     mean = (counts * means).sum() / total
     second = (counts * (variances + (means - mean).square())).sum() / total

@@ -220,7 +220,7 @@ class PBT(FinetuneAlgorithm):
     """
 
     optimizer: MemberScaledAdam
-    splits_over_ranks = False
+    rank_split = "rows"
 
     def __init__(
         self,

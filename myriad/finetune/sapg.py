@@ -28,6 +28,7 @@ from myriad.finetune.rows import Rows, follower_rows, leader_rows, sampled_follo
 from myriad.nn.distributions import gaussian_kl
 from myriad.nn.population import Evaluation, PopulationActorCritic
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig
+from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
 
 LEADER = 0
@@ -231,6 +232,9 @@ class LeaderOffPolicyTerm:
         self.normalize_advantages = normalize_advantages
         #: The targets of sampled rows, when the rollout does not store them.
         self.targets: SampledLeaderTargets | None = None
+        #: Processes that split each minibatch (:class:`~myriad.rl.row_share.RowShare`): the
+        #: sample per follower is sized from the whole minibatch and split between them.
+        self.shards = 1
 
     def _td(self, batch: Batch, rows: Rows) -> tuple[torch.Tensor, torch.Tensor]:
         """The leader's one-step ``(advantage, target)`` of the selected rows."""
@@ -252,11 +256,15 @@ class LeaderOffPolicyTerm:
 
     def per_follower(self, rows: int, num_members: int) -> int | None:
         """Follower rows the term reads per follower from a blocked minibatch of ``rows`` rows
-        (None: all of them)."""
+        (None: all of them). When :attr:`shards` processes hold ``rows`` rows each of one
+        minibatch, the sample is sized from the whole minibatch and each process reads its
+        share, rounded up (the one-process sample when ``shards`` divides it)."""
         if self.ratio is None or num_members < 2:
             return None
         n = rows // num_members
-        return min(n, max(1, math.ceil(self.ratio * n / (num_members - 1))))
+        whole = n * self.shards
+        sample = min(whole, max(1, math.ceil(self.ratio * whole / (num_members - 1))))
+        return min(n, math.ceil(sample / self.shards))
 
     def __call__(
         self, algorithm: PPO, batch: Batch, evaluation: Evaluation
@@ -318,7 +326,7 @@ class SAPG(FinetuneAlgorithm):
     """
 
     needs_transitions = True
-    splits_over_ranks = False
+    rank_split = "rows"
 
     @property
     def leader(self) -> int:
@@ -357,6 +365,16 @@ class SAPG(FinetuneAlgorithm):
         )
         self.set_entropy_coef(sapg_entropy_coefficients(model.num_members, self.sapg.entropy_scale))
         self.prepare_stats: dict[str, float] = {}
+
+    def set_share(self, share: RowShare | None) -> None:
+        super().set_share(share)
+        self.off_policy.shards = 1 if share is None else share.world_size
+
+    def own_columns(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, E, ...]`` restricted to this process's block of envs when the update is
+        split (the part of a per-row quantity this process computes), else all of it."""
+        block = None if self.share is None else self.share.block(x.shape[1])
+        return x if block is None else x[:, block]
 
     def schedule_kl(
         self, batch: Batch, evaluation: Evaluation, approx: torch.Tensor
@@ -417,21 +435,26 @@ class SAPG(FinetuneAlgorithm):
             )
         if self.sapg.advantages == "augmented":
             groups = self.advantage_groups(storage, planned, len(epochs))
-            self.advantage_moments = pooled_moments(groups)
+            reduce = None if self.share is None else self.share.all_reduce
+            self.advantage_moments = pooled_moments(groups, all_reduce=reduce)
 
     def advantage_groups(
         self, storage: RolloutStorage, planned: torch.Tensor | None, epochs: int
     ) -> list[tuple[torch.Tensor, float]]:
         """The groups of advantages of the augmented batch, ``(sample, rows per pass)``: the
         members' GAE advantages (every row) and the leader's one-step advantages of the
-        follower rows its off-policy loss reads (the planned rows, or every follower row)."""
-        on_policy = storage.advantages.reshape(-1)
+        follower rows its off-policy loss reads (the planned rows, or every follower row).
+        When the update is split, this process's part of each (its envs' rows, its planned
+        rows), which :func:`pooled_moments` sums over the processes."""
+        on_policy = self.own_columns(storage.advantages).reshape(-1)
         groups = [(on_policy, float(on_policy.shape[0]))]
         if self.off_policy.targets is not None and planned is not None:
             groups.append((self.off_policy.targets.advantage[planned], planned.shape[0] / epochs))
         else:
-            is_follower = (storage.member != self.leader).expand_as(storage.rewards).reshape(-1)
-            td = storage.extras["leader_td_advantage"].reshape(-1)[is_follower]
+            follower = storage.member != self.leader
+            is_follower = self.own_columns(follower.expand_as(storage.rewards)).reshape(-1)
+            td = self.own_columns(storage.extras["leader_td_advantage"]).reshape(-1)
+            td = td[is_follower]
             groups.append((td, float(td.shape[0])))
         return groups
 

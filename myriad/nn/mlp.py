@@ -15,7 +15,7 @@ activation's derivative is taken from its output (ELU, ReLU, leaky ReLU, tanh); 
 activations, inputs that are not ``[N, in]`` on the CPU and inputs of at most one chunk (4,096
 rows of a 64-unit MLP) run layer by layer.
 
-When idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, which ``myriad pretrain`` sets)
+When idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, which importing myriad sets)
 and there are ``T > 1`` torch threads, the rows are split into ``T`` contiguous streams of
 chunks, each run by its own single-threaded worker thread (torch releases the GIL inside its
 kernels): splitting every 4,096-row op over OpenMP threads would wake the sleeping threads once
@@ -128,8 +128,8 @@ MIN_STREAM_ROWS = 1024
 
 def openmp_threads_sleep() -> bool:
     """Whether idle OpenMP threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``) rather than spin
-    for a while (libgomp's default). The runtime reads the variable when it loads; the
-    ``myriad`` command sets it before torch is imported."""
+    for a while (libgomp's default). The runtime reads the variable when it loads; importing
+    myriad sets it before torch is imported (:mod:`myriad.utils.process`)."""
     return os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
 
 

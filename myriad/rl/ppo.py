@@ -28,6 +28,7 @@ from myriad.rl.losses import (
     explained_variance,
     normalize_advantages,
 )
+from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.config import ConfigError
 from myriad.utils.tensors import member_rows
@@ -141,6 +142,9 @@ class PPO:
         #: Called with each minibatch's stats after ``backward``, before clipping and the step:
         #: torchrun ranks average gradients and stats there (myriad.distributed.torchdist).
         self.grad_sync: Callable[[dict[str, torch.Tensor]], None] | None = None
+        #: This process's share of every minibatch when processes holding the same rollout
+        #: split the update (torchrun ranks, :mod:`myriad.rl.row_share`); None: all rows.
+        self.share: RowShare | None = None
         self.optimizer = optimizer or torch.optim.Adam(
             model.parameters(), lr=self.config.lr, eps=self.config.adam_eps
         )
@@ -158,6 +162,11 @@ class PPO:
     @property
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def set_share(self, share: RowShare | None) -> None:
+        """Learn from ``share``'s rows of every minibatch (None: all of them); the caller
+        averages the gradients over the processes through :attr:`grad_sync`."""
+        self.share = share
 
     def set_lr(self, lr: float) -> None:
         self.lr = float(lr)
@@ -230,10 +239,33 @@ class PPO:
         mode = self.config.advantage_normalization
         if mode == "none":
             return batch.advantages
+        if self.share is not None:
+            return self._shared_normalization(batch, mode == "member")
         member = batch.member if mode == "member" else None
         return normalize_advantages(
             batch.advantages, member, batch.num_members, blocked=batch.blocked
         )
+
+    def _shared_normalization(self, batch: Batch, per_member: bool) -> torch.Tensor:
+        """:func:`normalize_advantages` of the whole minibatch when each process holds a share
+        of it: the moments are summed over the processes (population std, as in one process)."""
+        assert self.share is not None
+        adv = batch.advantages
+        if not per_member or batch.num_members == 1:
+            mean, std = self.share.moments(adv.view(1, -1))
+            return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + 1e-8)
+        if batch.blocked:
+            a = adv.view(batch.num_members, -1)
+            mean, std = self.share.moments(a)
+            return ((a - mean.to(a.dtype)[:, None]) / (std.to(a.dtype)[:, None] + 1e-8)).view(-1)
+        v = adv.detach().double()
+        sums = v.new_zeros(batch.num_members, 3)
+        sums.index_add_(0, batch.member, torch.stack([torch.ones_like(v), v, v.square()], 1))
+        n, total, square = self.share.all_reduce(sums).unbind(dim=1)
+        mean = total / n.clamp(min=1.0)
+        std = (square / n.clamp(min=1.0) - mean.square()).clamp(min=0.0).sqrt()
+        row_mean, row_std = (member_rows(x.to(adv.dtype), batch.member) for x in (mean, std))
+        return (adv - row_mean) / (row_std + 1e-8)
 
     def _value_scale(self, v: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
         """Values ``[B]`` of rows of ``member [B]`` in the critics' training scale (normalised
@@ -356,6 +388,9 @@ class PPO:
         ``critic_only`` fits the critics and leaves the actors (and the learning rate) as they
         are: the warm-up of trained actors paired with fresh critics, whose first advantages
         would otherwise be noise that undoes what the actors know.
+
+        With :attr:`share` set, every process draws the same minibatches and learns from its
+        share of each (:class:`~myriad.rl.row_share.RowShare`).
         """
         cfg = self.config
         self.prepare(storage)
@@ -364,6 +399,9 @@ class PPO:
             storage.minibatch_indices(cfg.minibatches, member_major, self.generator)
             for _ in range(cfg.epochs)
         ]
+        if self.share is not None:
+            share, m = self.share, storage.num_members
+            epochs = [[share.rows(i, m, member_major) for i in indices] for indices in epochs]
         self.plan_minibatches(storage, epochs)
         sums: dict[str, torch.Tensor] = {}
         count = 0

@@ -7,8 +7,8 @@ of the same sizes fault their pages in again. Serving every block up to 32 MiB f
 trimming the heap only above 1 GiB of free memory keeps those pages for the next minibatch: PPO
 iterations on 4,096 envs ran 1.05x as fast with one torch thread and 1.14x with two, with the
 median peak resident memory 2-7 MB higher (``benchmarks/results/malloc_tuning.json``;
-docs/rl.md). The ``myriad`` command sets this for its own process; a program that embeds myriad
-may call :func:`keep_freed_memory` itself.
+docs/rl.md). Importing myriad sets this for the process (:mod:`myriad.utils.process`), so the
+command, torchrun ranks and programs that embed myriad run alike.
 """
 
 from __future__ import annotations

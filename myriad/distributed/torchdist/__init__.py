@@ -5,8 +5,8 @@ see docs/distributed.md.
 
 - :class:`RankGroup`: the launch, the member and env shard of each rank, the collectives.
 - :class:`ShardedPretrainRunner`: K-Myriad pretraining on one rank.
-- :class:`ShardedFinetuneRunner`: finetuning on one rank (the rollout gathered; PPO's update
-  split over the ranks, the others' replicated).
+- :class:`ShardedFinetuneRunner`: finetuning on one rank (the rollout gathered; the update split
+  over the ranks: by envs for PPO, by rows of every minibatch for SAPG, CPO and PBT).
 - :class:`RankEntropyMeasurement`: the population's k-NN measurement from every rank's features.
 - :class:`GradientAverager`, :class:`RankMeanStd`: what keeps the replicated model identical.
 """

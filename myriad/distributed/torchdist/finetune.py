@@ -6,13 +6,23 @@ point, PBT's hyperparameters) and steps the envs of its members only. Per iterat
 1. collect ``T`` steps of its own envs;
 2. gather the rollouts of all ranks (:func:`~myriad.distributed.torchdist.rollout.gather_rollout`),
    so every rank holds the storage one process would have filled;
-3. update. An algorithm whose loss reads each row's own member only (``algo=ppo``,
-   :attr:`~myriad.finetune.base.FinetuneAlgorithm.splits_over_ranks`) updates on the rank's own
-   rows with gradients averaged and normalisers merged over the ranks, as pretraining does. The
-   others run their update on the gathered storage, as one process does: the couplings that read
-   rows of several members (the leader's transitions in CPO's advantage-weighted pull and SAPG's
-   off-policy loss on the followers' rows, the discriminator over every member's samples, the
-   per-follower KL of the set point) find them all locally, and every rank takes the same step;
+3. update, split over the ranks as the algorithm's
+   :attr:`~myriad.finetune.base.FinetuneAlgorithm.rank_split` says. ``"envs"`` (``algo=ppo``,
+   each row's loss reads its own member only): each rank updates on its own envs' rows, with
+   gradients averaged and normalisers merged over the ranks, as pretraining does. ``"rows"``
+   (SAPG, CPO, PBT): every rank draws the same minibatches of the gathered rollout and learns
+   from its half (``1/R``) of every member's rows of each (:class:`~myriad.rl.row_share.RowShare`),
+   with gradients averaged; the couplings that read rows of several members (the leader's
+   off-policy loss on the followers' rows, the followers' AWAC pull on the leader's rows) find
+   them in the gathered rollout. The update-wide quantities are computed on each rank's part
+   and combined: the advantage moments (group sums and counts, all-reduced), the leader's
+   log-probs of every action and the discriminator's bonuses (``[T, E/R]``, gathered), the AWAC
+   advantages of the leader's steps (``[M, T E_L / R]``, gathered), the followers' KL to the
+   leader that drives the set point (``[2, M]`` sums and counts, all-reduced) and the
+   discriminator's gradients (averaged). PBT's exploit step ranks members by the episode returns
+   summed over the ranks and draws from a generator in the same state on every rank, so every
+   rank copies the same members; the KL diagnostics read the gathered rollout. Every rank
+   takes the same step (docs/distributed.md lists the bytes);
 4. sum the finished episodes over the ranks (the member returns PBT ranks by, the logged
    success rates).
 
@@ -41,6 +51,7 @@ from myriad.finetune.init import InitReport
 from myriad.finetune.runner import FinetuneRunner
 from myriad.finetune.tracking import CollectorState
 from myriad.nn.population import block_members
+from myriad.rl.row_share import RowShare
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.config import ConfigError
 
@@ -93,12 +104,20 @@ class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
             self.algorithm.load_state_dict(ranks.broadcast_object(None))
         else:
             ranks.broadcast_object(self.algorithm.state_dict())
-        #: Whether each rank updates on its own envs' rows (gradients and normalisers shared
-        #: over the ranks) rather than on the gathered rollout.
-        self.split_update = ranks.world_size > 1 and self.algorithm.splits_over_ranks
-        if self.split_update:
-            share_normalizers(self.model, ranks)
+        #: How the ranks split the update: ``"envs"`` (each rank learns from its own envs'
+        #: rows, normalisers merged over the ranks), ``"rows"`` (each rank learns from its
+        #: share of every minibatch of the gathered rollout), None with one rank (or with
+        #: ``rank_split="none"``: the whole update on every rank, a reference for benchmarks).
+        self.update_split: str | None = None
+        if ranks.world_size > 1 and self.algorithm.rank_split in ("envs", "rows"):
+            self.update_split = self.algorithm.rank_split
             self.algorithm.grad_sync = GradientAverager(ranks, self.algorithm.parameters)
+        if self.update_split == "envs":
+            share_normalizers(self.model, ranks)
+        elif self.update_split == "rows":
+            self.algorithm.set_share(
+                RowShare(ranks.rank, ranks.world_size, ranks.all_reduce_, ranks.all_gather_cat)
+            )
         self.collector.episodes = SummedEpisodeTracker(self.collector.episodes, ranks)
         self.rank_state = RankLocalState(ranks, CollectorState(self.collector))
         num_envs = int(self.config["num_envs"])
@@ -121,8 +140,9 @@ class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
         return self.storage
 
     def learning_rollout(self, rollout: RolloutStorage) -> RolloutStorage:
-        """This rank's own rows when the update is split, else the gathered rollout."""
-        return self.local_storage if self.split_update else rollout
+        """This rank's own envs' rows when the update splits by envs, else the gathered
+        rollout."""
+        return self.local_storage if self.update_split == "envs" else rollout
 
     def initialise(self, source: str | os.PathLike[str]) -> InitReport:
         """``--init`` on every rank (the ranking's evaluation is seeded alike), then rank 0's

@@ -1,0 +1,72 @@
+"""The process settings that make myriad's loops fast, chosen and applied in one place.
+
+:func:`apply_process_settings` runs when the ``myriad`` package is imported (its
+``__init__``), before any of its modules imports torch. Every way of running myriad therefore
+gets the same settings: the ``myriad`` command (pretrain, finetune, bench, ...), the ranks of
+``torchrun -m myriad``, benchmarks, and Python programs that ``import myriad`` before they import
+torch. The settings depend on what runs, not on the command typed:
+
+- ``OMP_WAIT_POLICY=PASSIVE`` (unless the environment sets a policy): idle OpenMP threads sleep
+  at once instead of spinning. Pretraining runs faiss (k-NN entropy) beside torch, each with its
+  own OpenMP runtime, and spinning idle threads of one starve the working threads of the other
+  on few cores; a multi-threaded MLP evaluation runs its rows as one stream of cache-sized chunks
+  per torch thread (:mod:`myriad.nn.mlp`), which needs the OpenMP team to stay asleep. With one
+  torch thread (``torch_threads: 1``, the configs' default, and every torchrun rank) no OpenMP
+  team exists and the policy changes nothing.
+- Threads: ``torch_threads`` of the run config, applied by the runner when a run starts
+  (:func:`myriad.rl.runner.set_torch_threads`); torchrun sets ``OMP_NUM_THREADS=1`` per rank.
+- Allocator: glibc's malloc keeps freed blocks up to 32 MiB for reuse instead of returning them
+  to the system (:func:`myriad.utils.memory.keep_freed_memory`), so each minibatch's tensors do
+  not fault fresh pages in.
+
+The OpenMP runtime reads its policy once, when torch loads it. In a program that imported torch
+before myriad the runtime keeps the policy it started with, and the variable is left as it is,
+so that it keeps saying what the runtime does (:func:`myriad.nn.mlp.openmp_threads_sleep` reads
+it to pick the path that is fast under that policy): import myriad first to get the command's
+speed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProcessSettings:
+    """What :func:`apply_process_settings` found and did.
+
+    Attributes:
+        openmp_wait_policy: ``OMP_WAIT_POLICY`` after start-up (None: unset, libgomp's default).
+        set_here: whether myriad set it (the environment had none, torch was not loaded yet).
+        torch_loaded_first: torch (so its OpenMP runtime) was imported before myriad.
+        keeps_freed_memory: glibc's malloc keeps freed memory (False on other C libraries).
+    """
+
+    openmp_wait_policy: str | None
+    set_here: bool
+    torch_loaded_first: bool
+    keeps_freed_memory: bool
+
+
+_settings: ProcessSettings | None = None
+
+
+def apply_process_settings() -> ProcessSettings:
+    """Apply the settings once per process (later calls return the first call's record)."""
+    global _settings
+    if _settings is not None:
+        return _settings
+    torch_loaded = "torch" in sys.modules
+    before = os.environ.get("OMP_WAIT_POLICY", "").strip()
+    # After torch loaded its OpenMP runtime the variable would no longer say what it does.
+    set_here = not before and not torch_loaded
+    if set_here:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    from myriad.utils.memory import keep_freed_memory
+
+    _settings = ProcessSettings(
+        os.environ.get("OMP_WAIT_POLICY"), set_here, torch_loaded, keep_freed_memory()
+    )
+    return _settings
