@@ -314,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         help="recompute the aggregates, claims and figure of an earlier result (no training)",
     )
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument(
+        "--init-only", action="store_true", help="only the +init variants (no runs from scratch)"
+    )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--num-envs", type=int, default=512)
@@ -369,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         (algo, seed, init)
         for seed in range(args.seeds)
         for algo in args.algos
-        for init in (args.init, None)
+        for init in ((args.init,) if args.init_only else (args.init, None))
     ]
     final_key, reach_key = metric_keys(args.metric)
     with tempfile.TemporaryDirectory(prefix="finetune-compare-") as tmp:
