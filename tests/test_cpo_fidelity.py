@@ -102,7 +102,13 @@ def one_step(model, member, obs, next_obs, reward, terminated):
 def build(cls: type, model: PopulationActorCritic):
     ppo = PPOConfig(gamma=GAMMA, lam=LAM, clip=CLIP, value_clip=VALUE_CLIP, value_coef=VALUE_COEF)
     # The authors' off-policy loss is PPO's clip alone: no dual clip.
-    sapg = SAPGConfig(entropy_scale=ENTROPY_SCALE, off_policy_dual_clip=None)
+    sapg = SAPGConfig(
+        entropy_scale=ENTROPY_SCALE,
+        off_policy_dual_clip=None,
+        off_policy_value=True,
+        weighting="rows",
+        advantages="augmented",
+    )
     if cls is SAPG:
         return SAPG(model, ppo, sapg)
     cpo = CPOConfig(
