@@ -28,7 +28,9 @@ from myriad.envs.checker import check_env  # noqa: E402
 ENV = "nav-u-maze"
 OPTIONS = {"max_episode_steps": 8}
 # Quarter-CPU actors: two envs of two workers fit on the 2-CPU test cluster at once.
-WORKER = {"cpus_per_worker": 0.25, "timeout_s": 60.0}
+# A worker answers within seconds on an idle machine; the limit leaves room for a loaded one
+# (starting a worker imports torch and myriad in a new process).
+WORKER = {"cpus_per_worker": 0.25, "timeout_s": 180.0}
 COMPASS = np.array([[1, 0], [-1, 0], [0, 1], [0, -1]], dtype=np.float32)
 
 
