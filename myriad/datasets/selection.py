@@ -30,10 +30,9 @@ import numpy as np
 import torch
 
 from myriad.datasets.episodes import EpisodeAssembler
-from myriad.datasets.schema import CHUNK_ROWS, DatasetSpec, Rows, row_fields
+from myriad.datasets.schema import DatasetSpec, Rows, row_fields
 
 if TYPE_CHECKING:
-    from myriad.datasets.formats import DatasetReader
     from myriad.envs.base import FeatureSpec
 
 
@@ -191,9 +190,7 @@ def row_range_stream(chunks: Iterator[Rows], first: int, end: int) -> Iterator[R
 
 
 # -- coverage budget ------------------------------------------------------------------------------
-def episode_cells(
-    reader: DatasetReader, grid: FeatureSpec, chunk_rows: int = CHUNK_ROWS
-) -> tuple[np.ndarray, list[np.ndarray]]:
+def episode_cells(chunks: Iterator[Rows], grid: FeatureSpec) -> tuple[np.ndarray, list[np.ndarray]]:
     """Length ``[K]`` and the distinct reachable grid cells of every episode, in one pass."""
     from myriad.entropy import cell_index
 
@@ -203,7 +200,7 @@ def episode_cells(
     cells: list[np.ndarray] = []
     carry_cells: list[np.ndarray] = []
     carry_len = 0
-    for rows in reader.iter_chunks(chunk_rows):
+    for rows in chunks:
         n = len(rows["rewards"])
         if n == 0:
             continue
@@ -318,9 +315,14 @@ def episode_stream(
 
 
 def coverage_selection(
-    reader: DatasetReader, grid: FeatureSpec, budget: int, chunk_rows: int = CHUNK_ROWS
+    chunks: Iterator[Rows], grid: FeatureSpec | None, budget: int
 ) -> dict[str, Any]:
     """Pass 1 of ``--budget``: which episodes (and rows of the last) the coverage rule keeps.
+
+    Args:
+        chunks: the candidate rows (episode-contiguous batches).
+        grid: the env's feature grid (:func:`myriad.datasets.inspection.env_grid`).
+        budget: transitions at most.
 
     Returns:
         ``chosen`` (episode indices), ``last`` (the episode that may be cut, or None),
@@ -328,7 +330,12 @@ def coverage_selection(
     """
     if int(budget) < 1:
         raise SelectionError(f"--budget must be a positive number of transitions, got {budget}")
-    lengths, cells = episode_cells(reader, grid, chunk_rows)
+    if grid is None:
+        raise SelectionError(
+            "--budget chooses episodes by grid coverage, and this dataset's env has no "
+            "coverage grid (or its env cannot be built): use --iterations or --members"
+        )
+    lengths, cells = episode_cells(chunks, grid)
     chosen, last_rows = greedy_coverage(lengths, cells, int(budget))
     last = int(chosen[-1]) if len(chosen) else None
     total = int(lengths[chosen[:-1]].sum()) + last_rows if len(chosen) else 0
