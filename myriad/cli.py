@@ -330,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument(
         "--iterations",
         metavar="A:B",
-        help="episodes that ended in pretraining iterations A..B-1 (e.g. --iterations=-10: the last ten)",
+        help="episodes that ended in pretraining iterations A..B-1 (--iterations=-10: the last 10)",
     )
     pick.add_argument(
         "--budget",
