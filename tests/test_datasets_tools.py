@@ -156,3 +156,6 @@ def test_killed_run_resumes_without_lost_or_duplicated_rows(tiny_pretrain, tmp_p
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     for key in a["infos"]:
         np.testing.assert_array_equal(a["infos"][key], b["infos"][key], err_msg=key)
+    # The per-iteration row counts (selection by --iterations) survive the kill as well.
+    counts = load(killed).metadata["iteration_rows"]
+    assert counts == load(tiny_pretrain.path).metadata["iteration_rows"] and len(counts) == 4
