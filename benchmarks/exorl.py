@@ -19,7 +19,7 @@ method on the fixed data, evaluate the task policy. Here:
   (:func:`myriad.datasets.relabel`). One goal-conditioned policy per run: the dataset is
   relabelled once per goal and the goal (scaled like the position) appended to the observation.
 - **Learners**: ``td3`` (:class:`myriad.rl.td3.OfflineTD3`, plain TD3, ExORL's choice) and
-  ``iql`` (d3rlpy IQL, expectile 0.7, temperature 3), both with 128x128 networks, batch 256,
+  ``iql`` (d3rlpy IQL, expectile 0.7, temperature 3), both with 64x64 networks, batch 256,
   gamma 0.99; evaluated every ``--eval-every`` gradient steps.
 - **Evaluation**: the policy's deterministic action, ``--eval-episodes`` episodes per goal from
   the env's start; success = reaching the goal within the time limit.
@@ -80,13 +80,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--goals", type=int, default=6)
-    p.add_argument("--td3-steps", type=int, default=60_000)
-    p.add_argument("--iql-steps", type=int, default=30_000)
+    p.add_argument("--td3-steps", type=int, default=40_000)
+    p.add_argument("--iql-steps", type=int, default=20_000)
     p.add_argument("--eval-every", type=int, default=10_000)
     p.add_argument("--eval-episodes", type=int, default=10, help="per goal")
-    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--iterations", type=int, default=150, help="pretraining iterations")
     p.add_argument("--only", nargs="*", default=None, help="run ids to run (default: all)")
+    p.add_argument(
+        "--envs",
+        nargs="*",
+        choices=sorted(ENVS),
+        default=sorted(ENVS),
+        help="run only these envs (one process per env shares a machine without two processes "
+        "pretraining the same run)",
+    )
     p.add_argument("--report", action="store_true", help="only aggregate finished runs")
     p.add_argument("--quick", action="store_true", help="tiny everything (smoke test)")
     args = p.parse_args(argv)
@@ -432,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         rid = run_id(**job)
         target = runs_dir / f"{rid}.json"
         if target.is_file() or (args.only is not None and rid not in args.only):
+            continue
+        if job["env"] not in args.envs:
             continue
         result = run_job(args, job)
         tmp = target.with_suffix(".json.tmp")
