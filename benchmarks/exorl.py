@@ -13,8 +13,8 @@ method on the fixed data, evaluate the task policy. Here:
   the APT-style baseline); (c) ``independent``: 8 members with ``objective.beta=0`` (each
   maximises its own entropy, no diversity term); (d) ``random``: uniformly random actions.
   Seed ``s`` pretrains with ``seed=s`` and rolls out with seed ``s``.
-- **Tasks**: ``G`` goals per env spread by geodesic farthest-point sampling
-  (``spread_goal_cells``, the start cell left out), on ``nav-maze`` and ``nav-three-routes``;
+- **Tasks**: ``G`` goals per env at set geodesic distances from the start, near to far
+  (:data:`GOAL_DISTANCES`), on ``nav-maze`` and ``nav-three-routes``;
   sparse reward (+1 and a terminal within the goal radius), relabelled from next states
   (:func:`myriad.datasets.relabel`). One goal-conditioned policy per run: the dataset is
   relabelled once per goal and the goal (scaled like the position) appended to the observation.
@@ -227,15 +227,25 @@ def env_options(env: str) -> dict[str, Any]:
     return dict(cfg.get("options") or {})
 
 
+# Goal distances from the start (geodesic, in cells), near to far: the nearest goals are where
+# a short budget can succeed, the farthest where only value propagation over long horizons can.
+GOAL_DISTANCES = {"maze": (5, 10, 20, 30, 45, 60), "three_routes": (3, 6, 10, 14, 18, 24)}
+
+
 def goals_of(env: str, count: int) -> tuple[list[tuple[float, float]], list[int]]:
-    """``count`` goals spread over the layout, and their geodesic distance from the start."""
+    """Up to ``count`` goals at the distances of :data:`GOAL_DISTANCES` (for each, the first
+    reachable cell in row-major order at that geodesic distance from the start), and their
+    distances."""
     from myriad.envs.layout import Layout
-    from myriad.envs.nav import spread_goal_cells
 
     layout = Layout.load(env)
-    cells = [c for c in spread_goal_cells(layout, count + 1) if c not in layout.starts][:count]
     dist = layout.distances_from(layout.starts[0])
-    return [layout.cell_center(r, c) for r, c in cells], [int(dist[r, c]) for r, c in cells]
+    goals, dists = [], []
+    for d in GOAL_DISTANCES[env][:count]:
+        rows, cols = np.nonzero(layout.reachable & (dist == d))
+        goals.append(layout.cell_center(int(rows[0]), int(cols[0])))
+        dists.append(int(d))
+    return goals, dists
 
 
 def scaled(goal: tuple[float, float], env: str) -> np.ndarray:
