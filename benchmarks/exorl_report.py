@@ -131,7 +131,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
 
 def plot(result: dict[str, Any], path: Path) -> None:
     """Per env and learner (columns): success per goal against its distance, IQM bars with 95%
-    intervals, learning curves; last column: maze TD3 success against dataset size."""
+    intervals, learning curves; last column: maze TD3 success against dataset size, and the
+    datasets' coverage (union and member mean)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,7 +183,24 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xlabel("transitions", fontsize=8)
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("maze, TD3: mean success vs dataset size", fontsize=9)
-    axes[1, -1].set_visible(False)
+    # The datasets' measures beside the results: union and member-mean coverage per source.
+    bx = axes[1, -1]
+    labels, union, member = [], [], []
+    for key in main_keys:
+        for source, s in table[key].items():
+            m = s["dataset_measures_mean"]
+            if m is not None and m["union"]["coverage"] is not None:
+                labels.append(f"{key.split('/')[0]}\n{source}")
+                union.append(m["union"]["coverage"])
+                member.append(m["member_mean"]["coverage"])
+    x = np.arange(len(labels))
+    bx.bar(x - 0.2, union, 0.4, label="union")
+    bx.bar(x + 0.2, member, 0.4, label="member mean")
+    bx.set_xticks(x)
+    bx.set_xticklabels(labels, fontsize=6, rotation=60)
+    bx.set_ylim(0, 1)
+    bx.legend(fontsize=7)
+    bx.set_title("dataset coverage of the grid", fontsize=9)
     axes[2, -1].set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
