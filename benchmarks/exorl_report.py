@@ -42,6 +42,10 @@ def dataset_measures(path: str, goals: list[list[float]]) -> dict[str, Any] | No
             for k in ("coverage", "sa_coverage", "entropy")
         },
         "members": len(members),
+        # How many members cover a covered cell on average (1: disjoint members, M: identical).
+        "overlap": float(sum(m["coverage"] for m in members) / info["union"]["coverage"])
+        if members and info["union"].get("coverage")
+        else None,
     }
     return out
 
@@ -90,6 +94,14 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
                 measures_cache[r["dataset"]] = dataset_measures(r["dataset"], r["goals"])
             if measures_cache[r["dataset"]] is not None:
                 found.append(measures_cache[r["dataset"]])
+        # The whole pretraining run's dataset (every iteration), beside the final population's.
+        pre = []
+        for r in rs:
+            run_data = Path(r["dataset"]).parent.parent / source / "dataset" / "transitions.hdf5"
+            if str(run_data) not in measures_cache:
+                measures_cache[str(run_data)] = dataset_measures(str(run_data), r["goals"])
+            if measures_cache[str(run_data)] is not None:
+                pre.append(measures_cache[str(run_data)])
         table.setdefault(key, {})[source] = {
             **stats,
             "seeds": [r["seed"] for r in rs],
@@ -104,6 +116,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             "gradient_steps": rs[0]["steps"],
             "train_minutes_mean": float(np.mean([r["train_s"] for r in rs]) / 60),
             "dataset_measures_mean": mean_dicts(found) if found else None,
+            "pretraining_dataset_measures_mean": mean_dicts(pre) if pre else None,
         }
     result = {
         "benchmark": "exorl",
@@ -115,15 +128,21 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     target = out.parent / f"{out.name}.json"
     target.write_text(json.dumps(result, indent=1))
     plot(result, target.with_suffix(".png"))
+    nan = float("nan")
     for key, row in table.items():
         print(key)
         for source, s in row.items():
             m = s["dataset_measures_mean"] or {}
-            u = m.get("union") or {}
+            u, mm = m.get("union") or {}, m.get("member_mean") or {}
+            lo, hi = s["iqm_ci95"]
+            goals = [round(x, 2) for x in s["success_per_goal_mean"]]
+            reach = [round(x) for x in s["goal_reaching_transitions_mean"]]
             print(
-                f"  {source:12s} IQM {s['iqm']:.3f} [{s['iqm_ci95'][0]:.3f}, "
-                f"{s['iqm_ci95'][1]:.3f}] mean {s['mean']:.3f}  seeds {s['seeds']}  "
-                f"coverage {u.get('coverage')}  entropy {u.get('entropy')}"
+                f"  {source:12s} IQM {s['iqm']:.3f} [{lo:.3f}, {hi:.3f}] mean {s['mean']:.3f} "
+                f"seeds {s['seeds']} per goal {goals} goal rows {reach} | coverage "
+                f"{u.get('coverage', nan):.3f} (members {mm.get('coverage', nan):.3f}, "
+                f"overlap {m.get('overlap') or nan:.2f}) sa {u.get('sa_coverage', nan):.3f} "
+                f"entropy {u.get('entropy', nan):.2f}"
             )
     print(f"wrote {target} and .png ({len(runs)} finished runs)")
     return result
