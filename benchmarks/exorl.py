@@ -27,7 +27,7 @@ method on the fixed data, evaluate the task policy. Here:
 The script is resumable run by run: every finished run writes one JSON under
 ``<out>/runs/`` and a finished run is never repeated; pretraining runs and datasets are kept under
 ``--work``. Runs go in a fixed order (see :func:`plan`): both envs and all four data sources per
-seed before the next seed, TD3 before IQL, the dataset-size sweep (TD3, maze) after the first two
+seed before the next seed, TD3 then IQL, the dataset-size sweep (TD3, maze) after the first two
 seeds. ``--report`` aggregates the finished runs: IQM and 95% stratified bootstrap intervals
 over seeds (rliable, ``benchmarks/seed_statistics.py``), success against goal distance and
 against dataset size, and the dataset measures of ``myriad dataset info`` beside each source.
@@ -131,14 +131,11 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
                                 }
                             )
 
-    first = range(min(2, args.seeds))
-    rest = range(min(2, args.seeds), args.seeds)
-    add(first, ("td3",), tuple(ENVS), [args.size])
-    add(first, ("iql",), tuple(ENVS), [args.size])
-    add(first, ("td3",), ("maze",), list(args.sizes))
-    add(rest, ("td3",), tuple(ENVS), [args.size])
-    add(rest, ("iql",), tuple(ENVS), [args.size])
-    add(rest, ("td3",), ("maze",), list(args.sizes))
+    for seed in range(args.seeds):
+        add(range(seed, seed + 1), ("td3",), tuple(ENVS), [args.size])
+        add(range(seed, seed + 1), ("iql",), tuple(ENVS), [args.size])
+        if seed == 1:
+            add(range(2), ("td3",), ("maze",), list(args.sizes))
     return jobs
 
 
