@@ -144,7 +144,9 @@ def pretrain_run(work: Path, env: str, source: str, seed: int, iterations: int) 
     from myriad.pretrain import pretrain
 
     folder = work / env / f"seed{seed}" / source
-    if (folder / "summary.json").is_file():
+    # Finished once its dataset is published: the last step of a run (a summary.json alone may
+    # be the one written before the final evaluation).
+    if (folder / "dataset" / "transitions.hdf5").is_file():
         return folder
     overrides = [
         f"env={env}",
