@@ -149,6 +149,25 @@ def _parse_members(values: list[str] | None) -> list[int] | None:
     return members
 
 
+def _parse_iterations(text: str | None) -> tuple[int | None, int | None] | None:
+    """``A:B`` (either side may be empty or negative, as a Python slice) or ``A``."""
+    if text is None:
+        return None
+    parts = text.split(":")
+    try:
+        if len(parts) == 1:
+            first = int(parts[0])
+            return first, (first + 1) or None
+        if len(parts) == 2:
+            return tuple(int(p) if p.strip() else None for p in parts)  # type: ignore[return-value]
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        f"--iterations takes START:STOP (0-based, STOP excluded, negatives count from the end, "
+        f"e.g. -10: for the last ten), got {text!r}"
+    )
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -172,6 +191,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
             task=args.task,
             goal=_parse_goal(args.goal),
             chunk_rows=args.chunk_rows,
+            final_population=args.final_population,
+            iterations=_parse_iterations(args.iterations),
+            budget=args.budget,
+            seed=args.seed,
         )
     except (ValueError, argparse.ArgumentTypeError, FileExistsError) as exc:
         # Incomplete sources, unknown members, existing outputs: one line, not a traceback.
@@ -196,8 +219,11 @@ def _cmd_dataset(args: argparse.Namespace) -> int:
         return verify_command(args.path)
     if args.action == "info":
         try:
-            info = dataset_info(args.path)
-        except ValueError as exc:  # an incomplete or unreadable dataset: say so and fail
+            info = dataset_info(args.path, goal=_parse_goal(args.goal))
+        except (
+            ValueError,
+            argparse.ArgumentTypeError,
+        ) as exc:  # an incomplete or unreadable dataset: say so and fail
             return _error(exc, status=1)
         print(json.dumps(info, indent=2) if args.json else info_text(info))
         return 0
@@ -296,6 +322,27 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--chunk-rows", type=_positive_int, default=16384, help="rows per read/write (>= 1)"
     )
+    pick = export.add_argument_group(
+        "choosing the data (default: every row of the run; docs/datasets.md)"
+    )
+    pick.add_argument(
+        "--final-population",
+        type=_positive_int,
+        metavar="N",
+        help="N fresh transitions of the run's final population (its last checkpoint)",
+    )
+    pick.add_argument(
+        "--iterations",
+        metavar="A:B",
+        help="episodes that ended in pretraining iterations A..B-1 (--iterations=-10: the last 10)",
+    )
+    pick.add_argument(
+        "--budget",
+        type=_positive_int,
+        metavar="N",
+        help="at most N transitions, whole episodes chosen greedily for new grid cells",
+    )
+    pick.add_argument("--seed", type=int, default=0, help="seed of the --final-population rollouts")
 
     data = sub.add_parser(
         "dataset",
@@ -304,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("action", choices=["info", "validate", "verify"])
     data.add_argument("path", metavar="PATH", help="dataset (hdf5 | zarr | minari) or run folder")
     data.add_argument("--json", action="store_true", help="info as JSON")
+    data.add_argument(
+        "--goal", metavar="X,Y", help="info: also count the transitions that reach this goal"
+    )
 
     sub.add_parser("doctor", help="report installed components (faiss CPU/GPU, CUDA, extras)")
     from myriad.viz.commands import add_render_parser, add_report_parser

@@ -21,6 +21,12 @@ from myriad.datasets.schema import (
     DatasetWriter,
     IncompleteDatasetError,
 )
+from myriad.datasets.selection import (
+    SelectionError,
+    coverage_selection,
+    final_population_rows,
+    iteration_range,
+)
 from myriad.datasets.zarr_store import ZarrReader, ZarrWriter
 
 __all__ = [
@@ -36,13 +42,17 @@ __all__ = [
     "MinariReader",
     "MinariWriter",
     "NavGoalReward",
+    "SelectionError",
     "TransitionData",
     "ValidationReport",
     "ZarrReader",
     "ZarrWriter",
+    "coverage_selection",
     "dataset_info",
     "detect_format",
     "export",
+    "final_population_rows",
+    "iteration_range",
     "load",
     "open_reader",
     "open_writer",

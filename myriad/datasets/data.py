@@ -107,6 +107,7 @@ def load(
     task: str | None = None,
     goal: tuple[float, float] | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    measures: bool = False,
 ) -> TransitionData:
     """Load a dataset of any format into memory.
 
@@ -119,8 +120,12 @@ def load(
         device: torch device (``framework="torch"``).
         task: relabel rewards and terminals with this task of the dataset's env
             (``"sparse"`` or ``"dense"``, see :func:`relabel`).
-        goal: the task's goal ``(x, y)`` (default: the env's).
+        goal: the task's goal ``(x, y)`` (default: the env's); with ``measures``, also the goal
+            whose reaching transitions are counted.
         chunk_rows: rows read at a time.
+        measures: put the dataset measures of the loaded rows (per member and union: coverage,
+            state-action coverage, k-NN entropy, goal-reaching transitions with ``goal``;
+            :mod:`myriad.datasets.measures`) in ``metadata["measures"]``.
 
     Raises:
         IncompleteDatasetError: the dataset's writer did not finish.
@@ -141,6 +146,10 @@ def load(
     data = TransitionData.from_rows(rows, spec)
     if task is not None:
         data.metadata = {**data.metadata, "reward": reward_note(task, goal)}
+    if measures:
+        from myriad.datasets.measures import measure_rows
+
+        data.metadata = {**data.metadata, "measures": measure_rows(rows, spec, goal)}
     return data.to_torch(device) if framework == "torch" else data
 
 

@@ -8,14 +8,12 @@ and returns a report whose ``ok`` decides the command's exit code.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from myriad.datasets.formats import DatasetReader, open_reader
 from myriad.datasets.hdf5 import CORE_KEYS, HDF5Reader
@@ -51,57 +49,37 @@ def env_grid(spec: DatasetSpec) -> FeatureSpec | None:
         return fs
 
 
-class _CoverageCounter:
-    """Visited cells per member, accumulated chunk by chunk (memory: members x cells bools)."""
+def dataset_info(
+    path: str | os.PathLike[str],
+    chunk_rows: int = CHUNK_ROWS,
+    goal: tuple[float, float] | None = None,
+    **measure_settings: Any,
+) -> dict[str, Any]:
+    """Summary of a dataset and its measures (:mod:`myriad.datasets.measures`), in one
+    streaming pass.
 
-    def __init__(self, grid: FeatureSpec) -> None:
-        self.grid = grid
-        self.n_cells = math.prod(grid.cells)
-        self.visited: dict[int, np.ndarray] = {}
-
-    def add(self, features: np.ndarray, member: np.ndarray) -> None:
-        from myriad.entropy import cell_index
-
-        if len(features) == 0:
-            return
-        cell_t, inside_t = cell_index(
-            torch.as_tensor(features), self.grid.low, self.grid.high, self.grid.cells
-        )
-        cell, inside = cell_t.numpy(), inside_t.numpy()
-        keys = np.unique(member[inside].astype(np.int64) * self.n_cells + cell[inside])
-        owners = keys // self.n_cells
-        for m in np.unique(owners):
-            seen = self.visited.setdefault(int(m), np.zeros(self.n_cells, bool))
-            seen[keys[owners == m] % self.n_cells] = True
-
-    def result(self) -> tuple[dict[int, float], float]:
-        reach = (
-            self.grid.reachable.reshape(-1)
-            if self.grid.reachable is not None
-            else np.ones(self.n_cells, bool)
-        )
-        total = int(reach.sum())
-        per = {m: float((v & reach).sum()) / total for m, v in sorted(self.visited.items())}
-        union = np.zeros(self.n_cells, bool)
-        for v in self.visited.values():
-            union |= v
-        return per, float((union & reach).sum()) / total
-
-
-def dataset_info(path: str | os.PathLike[str], chunk_rows: int = CHUNK_ROWS) -> dict[str, Any]:
-    """Summary of a dataset, in one streaming pass.
+    Args:
+        path: any dataset (or run folder).
+        chunk_rows: rows read at a time.
+        goal: ``(x, y)``: also count each member's transitions that reach it.
+        measure_settings: ``action_bins``, ``k``, ``knn_samples``, ``seed`` of
+            :class:`~myriad.datasets.measures.DatasetMeasures`.
 
     Returns:
         ``path, format, size_bytes, steps, episodes, members`` (``{member: {steps, episodes,
-        coverage}}``), ``coverage_union`` (None without an env grid), ``feature_ranges``
-        (``{name: [min, max]}``), ``reward_range``, ``terminals``, ``timeouts``, ``env``,
-        ``env_options``, ``obs_dim``, ``action_dim``.
+        coverage, sa_coverage, sa_pairs, entropy, entropy_samples[, goal_transitions]}}``),
+        ``union`` (the same measures for all rows), ``coverage_union`` (None without an env
+        grid), ``measure_settings``, ``feature_ranges`` (``{name: [min, max]}``),
+        ``reward_range``, ``terminals``, ``timeouts``, ``env``, ``env_options``, ``obs_dim``,
+        ``action_dim``.
     """
+    from myriad.datasets.measures import DatasetMeasures
+
     reader = open_reader(path)
     try:
         spec = reader.spec
         grid = env_grid(spec)
-        counter = _CoverageCounter(grid) if grid is not None else None
+        measures = DatasetMeasures(spec, grid, goal, **measure_settings)
         p = len(spec.feature_names)
         lo, hi = np.full(p, np.inf), np.full(p, -np.inf)
         r_lo, r_hi = np.inf, -np.inf
@@ -125,17 +103,18 @@ def dataset_info(path: str | os.PathLike[str], chunk_rows: int = CHUNK_ROWS) -> 
                 hi = np.maximum(hi, rows["features"].max(axis=0))
             r_lo = min(r_lo, float(rows["rewards"].min()))
             r_hi = max(r_hi, float(rows["rewards"].max()))
-            if counter is not None:
-                counter.add(rows["features"], member)
-        per_cov, union = counter.result() if counter is not None else ({}, None)
+            measures.add(rows)
+        measured = measures.result()
         members = {
             m: {
                 "steps": steps[m],
                 "episodes": episodes.get(m, 0),
-                "coverage": per_cov.get(m),
+                "coverage": None,
+                **measured["members"].get(m, {}),
             }
             for m in sorted(steps)
         }
+        union = measured["union"].get("coverage")
         return {
             "path": str(reader.path),
             "format": reader.format,
@@ -144,6 +123,8 @@ def dataset_info(path: str | os.PathLike[str], chunk_rows: int = CHUNK_ROWS) -> 
             "episodes": sum(episodes.values()),
             "members": members,
             "coverage_union": union,
+            "union": measured["union"],
+            "measure_settings": measured["settings"],
             "feature_ranges": {
                 name: [float(lo[i]), float(hi[i])] for i, name in enumerate(spec.feature_names)
             }
@@ -374,7 +355,20 @@ def info_text(info: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
+    def ent(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    def measures(d: dict[str, Any]) -> str:
+        text = (
+            f"coverage {pct(d.get('coverage')):>6}  state-action {pct(d.get('sa_coverage')):>6}  "
+            f"entropy {ent(d.get('entropy')):>7}"
+        )
+        if "goal_transitions" in d:
+            text += f"  goal {d['goal_transitions']:,}"
+        return text
+
     size = info["size_bytes"]
+    settings = info.get("measure_settings") or {}
     lines = [
         f"{info['path']}  ({info['format']}, {size / 2**20:.1f} MiB on disk)",
         f"  env           {info['env']}  options {info['env_options'] or {}}",
@@ -383,14 +377,17 @@ def info_text(info: dict[str, Any]) -> str:
         f"timeouts {info['timeouts']:,})",
         f"  obs / action  {info['obs_dim']} / {info['action_dim']}",
         f"  rewards       {info['reward_range']}",
-        f"  union coverage {pct(info['coverage_union'])}",
         "  feature ranges "
         + ", ".join(f"{k} [{lo:.3g}, {hi:.3g}]" for k, (lo, hi) in info["feature_ranges"].items()),
+        f"  measures      state-action: {settings.get('action_bins')} bins per action dim; "
+        f"entropy: k={settings.get('k')} on {settings.get('knn_samples'):,} sampled states"
+        + (f"; goal {tuple(settings['goal'])}" if settings.get("goal") else ""),
+        f"  union         {measures(info.get('union') or {'coverage': info['coverage_union']})}",
         f"  members       {len(info['members'])}",
     ]
     for m, d in info["members"].items():
         lines.append(
             f"    member {m:>3}: {d['steps']:>10,} steps {d['episodes']:>7,} episodes  "
-            f"coverage {pct(d['coverage'])}"
+            + measures(d)
         )
     return "\n".join(lines)

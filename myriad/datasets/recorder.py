@@ -17,6 +17,7 @@ and resumed writes every row once:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,10 @@ class DatasetRecorder:
         )
         self.writer: D4RLWriter | None = None  # opened at the first rows (or by a resume)
         self.base_rows = 0  # rows of the published file that come before the staged ones
+        # Rows recorded after each iteration (cumulative); None for a run resumed from a
+        # checkpoint that predates it. Published as metadata["iteration_rows"] (selection by
+        # iteration, myriad.datasets.selection).
+        self.iteration_rows: list[int] | None = []
 
     def _open_writer(self, resume_rows: int | None) -> D4RLWriter:
         return D4RLWriter(
@@ -119,6 +124,8 @@ class DatasetRecorder:
         if self.writer is None:
             self.writer = self._open_writer(resume_rows=None)
         self.writer.append(rows)
+        if self.iteration_rows is not None:
+            self.iteration_rows.append(self.rows)
 
     @property
     def rows(self) -> int:
@@ -134,6 +141,13 @@ class DatasetRecorder:
         rows, last = self.assembler.flush()
         rows["timeouts"] = rows["timeouts"] | last
         self.writer.append(rows)
+        if self.iteration_rows:
+            # The cut episodes belong to the last iteration.
+            self.iteration_rows[-1] = self.rows
+            spec = self.writer.spec
+            self.writer.file.spec = replace(
+                spec, metadata={**spec.metadata, "iteration_rows": list(self.iteration_rows)}
+            )
         path = self.writer.close(complete=True, run_iteration=iteration)
         self.base_rows += self.writer.rows
         self.writer = None
@@ -149,6 +163,8 @@ class DatasetRecorder:
     def state_dict(self) -> dict[str, Any]:
         """Row counts and unfinished episodes as tensors (checkpoints load ``weights_only``)."""
         state: dict[str, Any] = {"rows": None, "base_rows": self.base_rows}
+        if self.iteration_rows is not None:
+            state["iteration_rows"] = torch.tensor(self.iteration_rows, dtype=torch.int64)
         if self.writer is None:
             return state
         self.writer.file.flush()
@@ -171,6 +187,8 @@ class DatasetRecorder:
                 recorded (it was replaced or truncated by hand).
         """
         self.close()
+        counts = state.get("iteration_rows")
+        self.iteration_rows = None if counts is None else [int(c) for c in counts.tolist()]
         published = published_rows(self.path)
         staged = state.get("rows")
         if "base_rows" in state:

@@ -1,0 +1,226 @@
+"""Aggregation of ``benchmarks/exorl.py``'s finished runs: ``exorl.json`` and ``exorl.png``.
+
+Per (env, learner, dataset size, data source): the success rate over the goals per seed, its
+IQM and mean with 95% stratified bootstrap intervals over seeds (rliable,
+``seed_statistics.iqm_and_mean``), success per goal against the goal's distance from the start,
+the learning curve (success against gradient steps, mean over seeds), and the dataset measures
+of ``myriad dataset info`` (coverage, state-action coverage, k-NN entropy of the union and the
+mean over members, goal-reaching transitions per goal), averaged over the seeds' datasets.
+Only finished runs count; the JSON lists how many seeds each cell has.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from seed_statistics import iqm_and_mean
+
+SOURCES = ("kmyriad", "single", "independent", "random")
+
+
+def load_runs(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def dataset_measures(path: str, goals: list[list[float]]) -> dict[str, Any] | None:
+    """Union and member-mean measures of one dataset file (None when the file is gone)."""
+    from myriad.datasets import dataset_info
+
+    if not Path(path).is_file():
+        return None
+    info = dataset_info(path)
+    members = list(info["members"].values())
+    out = {
+        "union": {k: info["union"].get(k) for k in ("coverage", "sa_coverage", "entropy")},
+        "member_mean": {
+            k: float(np.mean([m[k] for m in members])) if members else None
+            for k in ("coverage", "sa_coverage", "entropy")
+        },
+        "members": len(members),
+        # How many members cover a covered cell on average (1: disjoint members, M: identical).
+        "overlap": float(sum(m["coverage"] for m in members) / info["union"]["coverage"])
+        if members and info["union"].get("coverage")
+        else None,
+    }
+    return out
+
+
+def mean_dicts(items: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = items[0].keys()
+    return {
+        k: (
+            mean_dicts([i[k] for i in items])
+            if isinstance(items[0][k], dict)
+            else float(np.mean([i[k] for i in items]))
+            if items[0][k] is not None
+            else None
+        )
+        for k in keys
+    }
+
+
+def report(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    runs = load_runs(out / "runs")
+    if not runs:
+        raise SystemExit(f"no finished runs under {out / 'runs'}")
+    cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in runs:
+        cells[(r["env"], r["learner"], r["size"], r["source"])].append(r)
+    measures_cache: dict[str, Any] = {}
+    table: dict[str, Any] = {}
+    for (env, learner, size, source), rs in sorted(cells.items()):
+        rs = sorted(rs, key=lambda r: r["seed"])
+        key = f"{env}/{learner}/n{size}"
+        scores = {source: np.array([[r["success"]] for r in rs])}
+        stats = iqm_and_mean(scores, reps=2000)[source]
+        per_goal = np.array([r["success_per_goal"] for r in rs])
+        curve_steps = [c["step"] for c in rs[0]["curve"]]
+        curves = np.array(
+            [
+                [np.mean(c["success_per_goal"]) for c in r["curve"]]
+                for r in rs
+                if len(r["curve"]) == len(curve_steps)
+            ]
+        )
+        found = []
+        for r in rs:
+            if r["dataset"] not in measures_cache:
+                measures_cache[r["dataset"]] = dataset_measures(r["dataset"], r["goals"])
+            if measures_cache[r["dataset"]] is not None:
+                found.append(measures_cache[r["dataset"]])
+        # The whole pretraining run's dataset (every iteration), beside the final population's.
+        pre = []
+        for r in rs:
+            run_data = Path(r["dataset"]).parent.parent / source / "dataset" / "transitions.hdf5"
+            if str(run_data) not in measures_cache:
+                measures_cache[str(run_data)] = dataset_measures(str(run_data), r["goals"])
+            if measures_cache[str(run_data)] is not None:
+                pre.append(measures_cache[str(run_data)])
+        table.setdefault(key, {})[source] = {
+            **stats,
+            "seeds": [r["seed"] for r in rs],
+            "success_per_goal_mean": per_goal.mean(0).tolist(),
+            "goal_distances_from_start": rs[0]["goal_distances_from_start"],
+            "goals": rs[0]["goals"],
+            "goal_reaching_transitions_mean": np.mean(
+                [r["goal_reaching_transitions"] for r in rs], 0
+            ).tolist(),
+            "curve_steps": curve_steps,
+            "curve_success_mean": curves.mean(0).tolist() if len(curves) else [],
+            "gradient_steps": rs[0]["steps"],
+            "train_minutes_mean": float(np.mean([r["train_s"] for r in rs]) / 60),
+            "dataset_measures_mean": mean_dicts(found) if found else None,
+            "pretraining_dataset_measures_mean": mean_dicts(pre) if pre else None,
+        }
+    result = {
+        "benchmark": "exorl",
+        "protocol": "benchmarks/exorl.py docstring",
+        "settings": runs[0]["settings"],
+        "finished_runs": len(runs),
+        "table": table,
+    }
+    target = out.parent / f"{out.name}.json"
+    target.write_text(json.dumps(result, indent=1))
+    plot(result, target.with_suffix(".png"))
+    nan = float("nan")
+    for key, row in table.items():
+        print(key)
+        for source, s in row.items():
+            m = s["dataset_measures_mean"] or {}
+            u, mm = m.get("union") or {}, m.get("member_mean") or {}
+            lo, hi = s["iqm_ci95"]
+            goals = [round(x, 2) for x in s["success_per_goal_mean"]]
+            reach = [round(x) for x in s["goal_reaching_transitions_mean"]]
+            print(
+                f"  {source:12s} IQM {s['iqm']:.3f} [{lo:.3f}, {hi:.3f}] mean {s['mean']:.3f} "
+                f"seeds {s['seeds']} per goal {goals} goal rows {reach} | coverage "
+                f"{u.get('coverage', nan):.3f} (members {mm.get('coverage', nan):.3f}, "
+                f"overlap {m.get('overlap') or nan:.2f}) sa {u.get('sa_coverage', nan):.3f} "
+                f"entropy {u.get('entropy', nan):.2f}"
+            )
+    print(f"wrote {target} and .png ({len(runs)} finished runs)")
+    return result
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Per env and learner (columns): success per goal against its distance, IQM bars with 95%
+    intervals, learning curves; last column: maze TD3 success against dataset size, and the
+    datasets' coverage (union and member mean)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = result["table"]
+    main_keys = [k for k in table if k.endswith(f"n{result['settings']['size']}")]
+    cols = len(main_keys) + 1
+    fig, axes = plt.subplots(3, cols, figsize=(4.0 * cols, 10), squeeze=False)
+    colours = {s: f"C{i}" for i, s in enumerate(SOURCES)}
+    for j, key in enumerate(main_keys):
+        ax, bx, cx = axes[0, j], axes[1, j], axes[2, j]
+        for source, s in table[key].items():
+            ax.plot(
+                s["goal_distances_from_start"],
+                s["success_per_goal_mean"],
+                "o-",
+                color=colours[source],
+                label=f"{source} ({len(s['seeds'])} seeds)",
+            )
+            if s["curve_success_mean"]:
+                cx.plot(s["curve_steps"], s["curve_success_mean"], "o-", color=colours[source])
+        ax.set_title(f"{key}: success per goal", fontsize=9)
+        ax.set_xlabel("goal distance from start (cells)", fontsize=8)
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=7)
+        names = list(table[key])
+        iqm = np.array([table[key][n]["iqm"] for n in names])
+        lo = iqm - np.array([table[key][n]["iqm_ci95"][0] for n in names])
+        hi = np.array([table[key][n]["iqm_ci95"][1] for n in names]) - iqm
+        bx.bar(names, iqm, yerr=[lo, hi], capsize=4, color=[colours[n] for n in names])
+        bx.set_ylim(0, 1)
+        bx.set_title(f"{key}: IQM success over goals, 95% CI", fontsize=9)
+        bx.tick_params(labelsize=7)
+        cx.set_title(f"{key}: success vs gradient steps", fontsize=9)
+        cx.set_ylim(-0.02, 1.02)
+    sizes: dict[str, dict[int, float]] = defaultdict(dict)
+    for key, row in table.items():
+        env, learner, n = key.split("/")
+        if env == "maze" and learner == "td3":
+            for source, s in row.items():
+                sizes[source][int(n[1:])] = s["mean"]
+    ax = axes[0, -1]
+    for source, pts in sizes.items():
+        xs = sorted(pts)
+        ax.plot(xs, [pts[x] for x in xs], "o-", color=colours[source], label=source)
+    ax.set_xscale("log")
+    ax.set_xlabel("transitions", fontsize=8)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("maze, TD3: mean success vs dataset size", fontsize=9)
+    # The datasets' measures beside the results: union and member-mean coverage per source.
+    bx = axes[1, -1]
+    labels, union, member = [], [], []
+    for key in main_keys:
+        for source, s in table[key].items():
+            m = s["dataset_measures_mean"]
+            if m is not None and m["union"]["coverage"] is not None:
+                labels.append(f"{key.split('/')[0]}\n{source}")
+                union.append(m["union"]["coverage"])
+                member.append(m["member_mean"]["coverage"])
+    x = np.arange(len(labels))
+    bx.bar(x - 0.2, union, 0.4, label="union")
+    bx.bar(x + 0.2, member, 0.4, label="member mean")
+    bx.set_xticks(x)
+    bx.set_xticklabels(labels, fontsize=6, rotation=60)
+    bx.set_ylim(0, 1)
+    bx.legend(fontsize=7)
+    bx.set_title("dataset coverage of the grid", fontsize=9)
+    axes[2, -1].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
