@@ -258,30 +258,11 @@ def scaled(goal: tuple[float, float], env: str) -> np.ndarray:
 
 def goal_conditioned(data: Any, env: str, goals: list[tuple[float, float]]) -> Any:
     """One relabelled copy of ``data`` per goal, the goal appended to (next) observations."""
-    from myriad.datasets import TransitionData, relabel
+    from myriad.datasets.data import goal_conditioned as conditioned
+    from myriad.envs.layout import Layout
 
-    parts = []
-    for goal in goals:
-        r = relabel(data, "sparse", goal)
-        g = np.broadcast_to(scaled(goal, env), (len(r), 2))
-        parts.append(
-            {
-                "observations": np.concatenate([r.observations, g], 1),
-                "next_observations": np.concatenate([r.next_observations, g], 1),
-                "actions": np.clip(r.actions, -1.0, 1.0),
-                "rewards": r.rewards,
-                "terminals": r.terminals,
-                "timeouts": r.timeouts,
-            }
-        )
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    n = len(cat["rewards"])
-    return TransitionData(
-        **cat,
-        member=np.zeros(n, np.int32),
-        features=np.zeros((n, 0), np.float32),
-        metadata=data.metadata,
-    )
+    layout = Layout.load(env)
+    return conditioned(data, goals, (layout.width, layout.height), clip_actions=True)
 
 
 # -- learners ------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ import torch
 
 from myriad.bench.common import write_json
 from myriad.datasets import D4RLWriter, TransitionData, load, random_policy_rows, relabel
+from myriad.datasets.data import goal_conditioned as conditioned
 from myriad.envs import make
 from myriad.envs.layout import Layout
 from myriad.envs.nav import spread_goal_cells
@@ -152,29 +153,8 @@ def scaled_goal(goal: tuple[float, float]) -> np.ndarray:
 
 def goal_conditioned(data: TransitionData, goals: list[tuple[float, float]]) -> TransitionData:
     """One relabelled copy per goal, with the goal appended to (next) observations."""
-    parts = []
-    for goal in goals:
-        r = relabel(data, "sparse", goal)
-        g = np.broadcast_to(scaled_goal(goal), (len(r), 2))
-        parts.append(
-            {
-                "observations": np.concatenate([r.observations, g], 1),
-                "next_observations": np.concatenate([r.next_observations, g], 1),
-                "actions": r.actions,
-                "rewards": r.rewards,
-                "terminals": r.terminals,
-                "timeouts": r.timeouts,
-            }
-        )
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    n = len(cat["rewards"])
-    return TransitionData(
-        **cat,
-        member=np.zeros(n, np.int32),
-        features=np.zeros((n, 0), np.float32),
-        feature_names=(),
-        metadata=data.metadata,
-    )
+    layout = Layout.load("maze")
+    return conditioned(data, goals, (layout.width, layout.height))
 
 
 def describe(data: TransitionData, goals: list[tuple[float, float]]) -> dict[str, Any]:

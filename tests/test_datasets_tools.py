@@ -159,3 +159,27 @@ def test_killed_run_resumes_without_lost_or_duplicated_rows(tiny_pretrain, tmp_p
     # The per-iteration row counts (selection by --iterations) survive the kill as well.
     counts = load(killed).metadata["iteration_rows"]
     assert counts == load(tiny_pretrain.path).metadata["iteration_rows"] and len(counts) == 4
+
+
+def test_goal_conditioned_copies_relabel_each_goal_and_append_it(tiny_pretrain):
+    from myriad.datasets import relabel
+    from myriad.datasets.data import goal_conditioned
+
+    data = load(tiny_pretrain.path)
+    # Two visited positions: goals in reachable cells of the run's layout.
+    goals = [tuple(float(v) for v in data.features[i]) for i in (0, len(data) // 2)]
+    out = goal_conditioned(data, goals, (17.0, 17.0), clip_actions=True)
+    n = len(data)
+    assert len(out) == 2 * n and out.observations.shape[1] == data.observations.shape[1] + 2
+    for k, goal in enumerate(goals):
+        part = slice(k * n, (k + 1) * n)
+        expected = relabel(data, "sparse", goal)
+        np.testing.assert_array_equal(out.rewards[part], expected.rewards)
+        np.testing.assert_array_equal(out.terminals[part], expected.terminals)
+        np.testing.assert_array_equal(out.observations[part, :-2], data.observations)
+        tag = np.array(goal, np.float32) / 17.0 * 2 - 1
+        np.testing.assert_allclose(out.observations[part, -2:], np.broadcast_to(tag, (n, 2)))
+        np.testing.assert_allclose(out.next_observations[part, -2:], np.broadcast_to(tag, (n, 2)))
+    assert np.abs(out.actions).max() <= 1.0
+    raw = goal_conditioned(data, goals[:1], (17.0, 17.0))
+    np.testing.assert_array_equal(raw.actions, data.actions)

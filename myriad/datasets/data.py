@@ -173,6 +173,50 @@ def relabel(
     )
 
 
+def goal_conditioned(
+    data: TransitionData,
+    goals: list[tuple[float, float]],
+    map_size: tuple[float, float],
+    clip_actions: bool = False,
+) -> TransitionData:
+    """One copy of ``data`` per goal, relabelled with that goal's sparse reward, the goal appended
+    to the observations and next observations (NumPy data; ``[len(goals) * N, O + 2]``).
+
+    The goal is scaled like a nav env's position, ``2 * goal / map_size - 1``, so the learner sees
+    it in the observation's units. ``clip_actions`` clips the actions to ``[-1, 1]``, the actions
+    the env executed (a Gaussian policy's samples are stored as drawn).
+    """
+    size = np.asarray(map_size, np.float32)
+    parts = []
+    for goal in goals:
+        r = relabel(data, "sparse", goal)
+        scaled = (np.asarray(goal, np.float32) / size * 2 - 1).astype(np.float32)
+        g = np.broadcast_to(scaled, (len(r), 2))
+        parts.append(
+            {
+                "observations": np.concatenate([r.observations, g], 1),
+                "next_observations": np.concatenate([r.next_observations, g], 1),
+                "actions": np.clip(r.actions, -1.0, 1.0) if clip_actions else r.actions,
+                "rewards": r.rewards,
+                "terminals": r.terminals,
+                "timeouts": r.timeouts,
+            }
+        )
+    cat = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    n = len(cat["rewards"])
+    return TransitionData(
+        observations=cat["observations"],
+        next_observations=cat["next_observations"],
+        actions=cat["actions"],
+        rewards=cat["rewards"],
+        terminals=cat["terminals"],
+        timeouts=cat["timeouts"],
+        member=np.zeros(n, np.int32),
+        features=np.zeros((n, 0), np.float32),
+        metadata=data.metadata,
+    )
+
+
 def filter_members(chunks: Any, members: list[int] | tuple[int, ...] | None) -> Any:
     """The row batches ``chunks`` with only the rows of ``members`` (all when None)."""
     if members is None:
