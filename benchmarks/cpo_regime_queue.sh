@@ -16,6 +16,9 @@ INIT='runs/bench/cpo_regime/pretrain/maze-far-b6x4096-seed{seed}'
 "$PY" $B run --algos ppo,cpo,sapg,pbt --seeds 0
 "$PY" $B pretrain --seeds 0 --env-steps 1e7
 "$PY" $B run --algos cpo,ppo --seeds 0 --init-from "$INIT"
+# One seed of the scale sweep before more seeds: where, if anywhere, the leader gains.
+"$PY" $B run --algos ppo,cpo,sapg --seeds 0 --envs-per-block 512
+"$PY" $B run --algos ppo,cpo,sapg --seeds 0 --envs-per-block 64
 "$PY" $B run --algos ppo,cpo,sapg,pbt --seeds 1-4
 "$PY" $B pretrain --seeds 1-4 --env-steps 1e7
 "$PY" $B run --algos cpo,ppo --seeds 1-4 --init-from "$INIT"

@@ -24,14 +24,14 @@ the pitch's mean resultant length is below 0.5, flipping + / - by the sign of it
 
 writes ``--out`` (JSON) and a figure next to it (same name, ``.png``). ``--finetune-init RUN``
 instead adds a first finetuning comparison on HalfCheetah's own reward (forward velocity minus
-control cost) to the existing ``--out``: PPO, CPO (``algo.kl_preset=balanced``, lambda 0.2) and
-SAPG, each started from RUN's members (8, PPO: the best-ranked one), the leader evaluated with
-deterministic actions (``benchmarks/finetune_compare.py``'s ``run_once``); the curves go into the
-JSON's ``finetune`` entry and a second figure (``_finetune.png``), together with RUN's own
-per-member behaviour summary (same rollouts and rule as above). ``--finetune-variants`` picks
-other variants (:data:`FINETUNE_VARIANTS`: the CPO presets 0.1 / 0.3, the KL set point, PBT) and
-``--members`` the population size of the finetuning runs.
-"""
+control cost) to the existing ``--out``: PPO, CPO (fixed coefficients,
+``algo.kl_preset=balanced``, lambda 0.2) and SAPG, each started from RUN's members (8, PPO: the
+best-ranked one), the leader evaluated with deterministic actions
+(``benchmarks/finetune_compare.py``'s ``run_once``); the curves go into the JSON's ``finetune``
+entry and a second figure (``_finetune.png``), together with RUN's own per-member behaviour
+summary (same rollouts and rule as above). ``--finetune-variants`` picks other variants
+(:data:`FINETUNE_VARIANTS`: the CPO presets 0.1 / 0.3, the KL set point, PBT) and ``--members``
+the population size of the finetuning runs. """
 
 from __future__ import annotations
 
@@ -245,19 +245,28 @@ def figure(
 FINETUNE_VARIANTS: dict[str, tuple[str, list[str]]] = {
     "ppo": ("ppo", []),
     "sapg": ("sapg", []),
-    "cpo": ("cpo", ["algo.kl_preset=balanced"]),
-    "cpo-0.1": ("cpo", ["algo.kl_preset=light"]),
-    "cpo-0.3": ("cpo", ["algo.kl_preset=high"]),
+    "cpo": ("cpo", ["algo.kl_target=null", "algo.kl_preset=balanced"]),
+    "cpo-0.1": ("cpo", ["algo.kl_target=null", "algo.kl_preset=light"]),
+    "cpo-0.3": ("cpo", ["algo.kl_target=null", "algo.kl_preset=high"]),
     "cpo-setpoint": ("cpo", ["algo.kl_target=0.3"]),
     "pbt": ("pbt", []),
     # Diagnostics of the leader's decline: no off-policy loss on follower data (the leader learns
     # from its own envs only), or no adversarial reward.
     "sapg-on-policy": ("sapg", ["algo.off_policy_coef=0"]),
-    "cpo-on-policy": ("cpo", ["algo.kl_preset=balanced", "algo.off_policy_coef=0"]),
-    "cpo-noadv": ("cpo", ["algo.kl_preset=balanced", "algo.adversarial=false"]),
+    "cpo-on-policy": (
+        "cpo",
+        ["algo.kl_target=null", "algo.kl_preset=balanced", "algo.off_policy_coef=0"],
+    ),
+    "cpo-noadv": (
+        "cpo",
+        ["algo.kl_target=null", "algo.kl_preset=balanced", "algo.adversarial=false"],
+    ),
     # The leader's critic also fitted on follower data (its one-step targets there).
     "sapg-value": ("sapg", ["algo.off_policy_value=true"]),
-    "cpo-value": ("cpo", ["algo.kl_preset=balanced", "algo.off_policy_value=true"]),
+    "cpo-value": (
+        "cpo",
+        ["algo.kl_target=null", "algo.kl_preset=balanced", "algo.off_policy_value=true"],
+    ),
 }
 DEFAULT_FINETUNE_VARIANTS = ("ppo", "sapg", "cpo")
 

@@ -385,7 +385,7 @@ def compare_rsl_rl(
     # rsl_rl's adaptive schedule has no ceiling below 1e-2; the finetuning default's is 1e-3.
     settings = (
         "population.size=1",
-        f"+ppo.value_clip={clip}",
+        f"ppo.value_clip={clip}",
         f"ppo.max_lr={1e-2}",
         f"ppo.epochs={EPOCHS}",
         f"ppo.minibatches={MINIBATCHES}",

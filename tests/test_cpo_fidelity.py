@@ -199,7 +199,8 @@ def test_minibatch_loss_is_the_authors_mean_over_the_augmented_batch(cls: type) 
         if g is None or w is None:
             assert (g is None and w is None) or (g if w is None else w).abs().max() == 0
             continue
-        torch.testing.assert_close(g, w, rtol=0, atol=1e-6)
+        # float32 sums over every row of the batch, in another order: round-off of ~1e-6.
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=5e-6)
     assert float(stats["loss"]) == pytest.approx(float(expected.detach()), abs=1e-6)
 
 

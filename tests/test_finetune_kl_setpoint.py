@@ -166,7 +166,7 @@ def test_bad_settings_are_refused():
         KLSetpointController([0.1, 0.0])
     with pytest.raises(ValueError, match="0 < min <= max"):
         KLSetpointConfig(kl_coef_min=1.0, kl_coef_max=0.1)
-    with pytest.raises(ValueError, match="repulsion_max must be >= 0"):
+    with pytest.raises(ValueError, match=r"repulsion_max=-0\.1 must be >= 0"):
         KLSetpointConfig(repulsion_max=-0.1)
     with pytest.raises(ValueError, match="one KL per follower"):
         controller().step(torch.zeros(2))
@@ -296,7 +296,9 @@ def test_critic_warmup_keeps_the_fixed_coefficients(tmp_path):
 
 
 def test_fixed_mode_keeps_the_preset(tmp_path):
-    r = tiny(tmp_path, "run", "algo.kl_preset=high", "algo.adversarial_coef=0.004")
+    r = tiny(
+        tmp_path, "run", "algo.kl_preset=high", "algo.adversarial_coef=0.004", "algo.kl_target=null"
+    )
     r.learn(2)
     assert r.algorithm.setpoint is None
     history = r.logger.history
@@ -311,17 +313,20 @@ def test_fixed_mode_keeps_the_preset(tmp_path):
     ("overrides", "target", "targets"),
     [
         ([], 0.3, None),  # the packaged default: a set point at 0.3 nats
-        (["algo.kl_preset=high"], None, None),  # naming a fixed coefficient selects that mode
-        (["algo.kl_coef=0.2"], None, None),
-        (["algo.adversarial_coef=0.01"], None, None),
-        (["algo.kl_penalty=false"], None, None),
-        (["algo.kl_preset=high", "algo.kl_target=0.5"], 0.5, None),  # a preset's initial lambda
+        # A coefficient is the set point's initial value: a key's meaning never depends on
+        # which other keys were typed; fixed coefficients are asked for with kl_target=null.
+        (["algo.kl_preset=high"], 0.3, None),
+        (["algo.kl_coef=0.2"], 0.3, None),
+        (["algo.adversarial_coef=0.01"], 0.3, None),
+        (["algo.kl_preset=high", "algo.kl_target=null"], None, None),
+        (["algo.kl_penalty=false", "algo.kl_target=null"], None, None),
+        (["algo.kl_preset=high", "algo.kl_target=0.5"], 0.5, None),
         (["algo.kl_coef=0.2", "algo.kl_targets=[0.1,0.3,1.0]"], 0.3, [0.1, 0.3, 1.0]),
         (["algo.kl_target=null"], None, None),
         (["algo.setpoint.eta=0.3"], 0.3, None),  # the controller's settings keep the set point
     ],
 )
-def test_the_default_is_the_set_point_and_fixed_coefficients_select_their_mode(
+def test_the_default_is_the_set_point_and_fixed_coefficients_are_explicit(
     overrides, target, targets
 ):
     algo = resolve_config("cpo", overrides)["algo"]

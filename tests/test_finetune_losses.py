@@ -304,7 +304,9 @@ def test_cpo_kl_penalty_on_minibatch_advantages():
 
 def test_awac_term_pairs_each_follower_with_its_weights():
     model = tiny_model(members=3)
-    algo = CPO(model, PPOConfig(), cpo=CPOConfig(adversarial=False, kl_penalty=False))
+    algo = CPO(
+        model, PPOConfig(), cpo=CPOConfig(adversarial=False, kl_penalty=False, kl_target=None)
+    )
     weights = torch.zeros(6, 3)
     weights[:2] = torch.tensor([[7.0, 1.0, 100.0], [7.0, 3.0, 0.5]])  # leader rows 0, 1
     batch = _batch(model, [0, 0, 1, 1, 2, 2], True, awac_weight=weights)

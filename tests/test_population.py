@@ -304,7 +304,10 @@ def test_population_config_is_built_from_its_fields_and_legacy_keys():
             "population.log_std_bounds=[-5.0] must be a list of 2 numbers",
         ),
         ({"normalize_obs": "yes"}, "population.normalize_obs='yes' must be true or false"),
-        ({"parameterization": "mixture"}, "population: unknown parameterization 'mixture'"),
+        (
+            {"parameterization": "mixture"},
+            "population.parameterization='mixture' is not known: it must be one of shared_trunk",
+        ),
     ],
 )
 def test_bad_population_config_is_one_line_naming_the_key(population, match):

@@ -55,6 +55,7 @@ def setup(
         actor_hidden=(32, 32),
         critic_hidden=(32, 32),
         value_stats="shared",
+        init_log_std=0.0,  # the target sums were recorded with it
     )
     algo = SAPG(
         model,

@@ -48,11 +48,15 @@ class AlgorithmEntry:
         settings: dataclasses whose fields are the algorithm's ``algo.*`` keys.
         members: the population sizes it accepts, as ``(check, message)``: ``check(M)`` is True
             for a usable size, else ``message`` (formatted with ``m``) is the error.
+        presets: the keys outside ``algo`` that the algorithm sets (dotted, e.g.
+            ``population.size``); its file ``configs/algo/<name>.yaml`` holds exactly these and
+            the ``algo`` defaults.
     """
 
     build: Callable[[Inputs], FinetuneAlgorithm]
     settings: tuple[type, ...]
     members: tuple[Callable[[int], bool], str]
+    presets: Mapping[str, Any]
 
 
 def _ppo(x: Inputs) -> FinetuneAlgorithm:
@@ -78,8 +82,10 @@ _LEADER_AND_FOLLOWERS = (
 )
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {
-    "cpo": AlgorithmEntry(_cpo, (SAPGConfig, CPOConfig), _LEADER_AND_FOLLOWERS),
-    "sapg": AlgorithmEntry(_sapg, (SAPGConfig,), _LEADER_AND_FOLLOWERS),
+    "cpo": AlgorithmEntry(
+        _cpo, (SAPGConfig, CPOConfig), _LEADER_AND_FOLLOWERS, {"population.size": 4}
+    ),
+    "sapg": AlgorithmEntry(_sapg, (SAPGConfig,), _LEADER_AND_FOLLOWERS, {"population.size": 4}),
     "ppo": AlgorithmEntry(
         _ppo,
         (),
@@ -87,9 +93,20 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
             lambda m: m == 1,
             "algo=ppo trains one policy over all envs: population.size must be 1, got {m}",
         ),
+        {"population.size": 1},
     ),
     "pbt": AlgorithmEntry(
-        _pbt, (PBTConfig,), (lambda m: m >= 2, "algo=pbt needs population.size >= 2, got {m}")
+        _pbt,
+        (PBTConfig,),
+        (lambda m: m >= 2, "algo=pbt needs population.size >= 2, got {m}"),
+        # Independent members (each mutates its own hyperparameters) on a fixed base rate that
+        # each member's lr_scale multiplies.
+        {
+            "population.size": 8,
+            "population.parameterization": "independent",
+            "ppo.desired_kl": None,
+            "ppo.schedule": "fixed",
+        },
     ),
 }
 

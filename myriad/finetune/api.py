@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from myriad.finetune.algorithms import check_algorithm, check_algorithm_config
-from myriad.finetune.cpo import choose_coupling_mode
 from myriad.finetune.init import init_config
+from myriad.finetune.settings import check_finetune_config, note_coupling_mode
 from myriad.nn.population import check_population
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import ConfigError, compose, resumed_config
@@ -62,7 +62,9 @@ def resolve_config(
                 "--init starts a new run from a pretrained population and --resume continues a "
                 "finetuning run: give one of them"
             )
-        cfg: dict[str, Any] = resumed_config(resume, overrides, kind="finetune")
+        cfg: dict[str, Any] = resumed_config(
+            resume, overrides, kind="finetune", schema=check_finetune_config
+        )
         saved_algo = str(cfg.get("algo", {}).get("name"))
         if algo is not None and algo != saved_algo:
             raise ConfigError(f"{resume} is a run of algo={saved_algo}, not {algo}")
@@ -75,8 +77,8 @@ def resolve_config(
     rest = [o for o in overrides if _algo_override([o]) is None]
     cfg = compose("finetune", ([f"algo={name}"] if name else []) + rest)
     check_algorithm(str(cfg["algo"]["name"]))
-    if cfg["algo"]["name"] == "cpo":
-        choose_coupling_mode(cfg["algo"], rest)
+    check_finetune_config(cfg)
+    note_coupling_mode(cfg["algo"], rest)
     if init is not None:
         init_config(cfg, init, rest)
     return cfg

@@ -18,7 +18,7 @@ follower's KL to the leader near ``kl_target`` (or its entry of ``kl_targets``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from myriad.rl.ppo import PPO, LossTerm, PPOConfig
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.config import ConfigError
+from myriad.utils.settings import Check, at_least, positive, setting
 from myriad.utils.tensors import member_rows
 
 #: lambda of the KL penalty for the three diversity regimes.
@@ -61,26 +62,56 @@ class CPOConfig:
         adversarial: the discriminator reward.
         adversarial_coef: c_adv.
         discriminator: the classifier's settings.
-        kl_target: one KL target (nats) for every follower: the set-point mode, in which
-            ``kl_preset`` / ``kl_coef`` and ``adversarial_coef`` are only the initial values.
-            None: fixed coefficients.
+        kl_target: one KL target (nats) for every follower: the set-point mode (the default),
+            in which ``kl_preset`` / ``kl_coef`` and ``adversarial_coef`` are only the initial
+            values. None: fixed coefficients.
         kl_targets: one target per follower (overrides ``kl_target``).
         setpoint: the controller's gains and bounds.
     """
 
-    kl_penalty: bool = True
-    kl_preset: str = "light"
-    kl_coef: float | None = None
-    awac: bool = True
-    awac_coef: float = 0.01
-    awac_temperature: float = 1.0
-    awac_max_weight: float = 100.0
-    adversarial: bool = True
-    adversarial_coef: float = 0.002
-    discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
-    kl_target: float | None = None
-    kl_targets: Sequence[float] | None = None
-    setpoint: KLSetpointConfig = field(default_factory=KLSetpointConfig)
+    kl_penalty: bool = setting(True, help="A_f <- A_f - lambda (log pi_f - log pi_L)")
+    kl_preset: str = setting(
+        "light",
+        help="lambda of the KL penalty: light 0.1 | balanced 0.2 | high 0.3 (with a KL target: "
+        "its initial value)",
+        check=Check(
+            lambda v: v in KL_PRESETS,
+            "one of " + ", ".join(f"{k} ({v})" for k, v in KL_PRESETS.items()),
+            "is not known",
+        ),
+    )
+    kl_coef: float | None = setting(
+        None, help="an explicit lambda; overrides the preset", check=at_least(0)
+    )
+    awac: bool = setting(
+        True, help="- beta min(exp(A_f(s_L, a_L) / lambda_awac), max) log pi_f(a_L | s_L)"
+    )
+    awac_coef: float = setting(0.01, help="beta", check=at_least(0))
+    awac_temperature: float = setting(1.0, help="lambda_awac", check=positive())
+    awac_max_weight: float = setting(100.0, help="upper clip of the AWAC weights", check=positive())
+    adversarial: bool = setting(
+        True, help="follower reward += c_adv log q(i | s, a) (never positive)"
+    )
+    adversarial_coef: float = setting(
+        0.002,
+        help="c_adv (with a KL target: its floor's start; see setpoint.adversarial_coef_init)",
+        check=at_least(0),
+    )
+    discriminator: DiscriminatorConfig = setting(
+        factory=DiscriminatorConfig, help="the member classifier"
+    )
+    kl_target: float | None = setting(
+        0.3,
+        help="KL set point (nats): lambda and c_adv adapt per follower to hold KL(follower || "
+        "leader) near it; null: the fixed coefficients above",
+        check=positive(),
+    )
+    kl_targets: Sequence[float] | None = setting(
+        None, help="one target per follower, e.g. [0.1,0.3,1.0]; overrides kl_target"
+    )
+    setpoint: KLSetpointConfig = setting(
+        factory=KLSetpointConfig, help="the set point's gains and bounds"
+    )
 
     def __post_init__(self) -> None:
         if self.kl_preset not in KL_PRESETS:
@@ -120,26 +151,6 @@ class CPOConfig:
     def kl_lambda(self) -> float:
         """The KL penalty's lambda: ``kl_coef`` when given, else the preset's."""
         return float(self.kl_coef) if self.kl_coef is not None else KL_PRESETS[self.kl_preset]
-
-
-#: Overrides of the fixed coefficients. Naming one of them without a target (``algo.kl_target``
-#: or ``algo.kl_targets``) selects the fixed-coefficient mode, whatever the packaged target.
-FIXED_COEFFICIENT_KEYS = (
-    "algo.kl_preset",
-    "algo.kl_coef",
-    "algo.adversarial_coef",
-    "algo.kl_penalty",
-)
-
-
-def choose_coupling_mode(algo: dict[str, Any], overrides: Sequence[str]) -> None:
-    """Drop the KL target(s) from a new run's ``algo`` config (in place) when ``overrides`` set a
-    fixed coefficient and no target: ``algo.kl_preset=high`` means the ``high`` regime, not a
-    set point started from its lambda."""
-    keys = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    if keys & set(FIXED_COEFFICIENT_KEYS) and not keys & {"algo.kl_target", "algo.kl_targets"}:
-        algo["kl_target"] = None
-        algo["kl_targets"] = None
 
 
 def _first(value: float | None, default: float) -> float:

@@ -20,6 +20,7 @@ from myriad.finetune.losses import discriminator_bonus
 from myriad.nn.population import ACTIVATIONS
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import RolloutStorage
+from myriad.utils.settings import Check, at_least, check_fields, one_of, positive, setting
 
 
 def rollout_labels(storage: RolloutStorage) -> torch.Tensor:
@@ -43,12 +44,20 @@ class DiscriminatorConfig:
         log_q_floor: ``log q`` is floored here before it becomes a reward.
     """
 
-    hidden: Sequence[int] = (64, 64)
-    activation: str = "elu"
-    lr: float = 1e-3
-    epochs: int = 1
-    minibatches: int = 4
-    log_q_floor: float = -10.0
+    hidden: Sequence[int] = setting((64, 64), help="hidden layer sizes")
+    activation: str = setting("elu", help="hidden activation", check=one_of(*ACTIVATIONS))
+    lr: float = setting(1e-3, help="Adam learning rate", check=positive())
+    epochs: int = setting(1, help="passes over each rollout", check=at_least(1))
+    minibatches: int = setting(4, help="minibatches per pass", check=at_least(1))
+    log_q_floor: float = setting(
+        -10.0,
+        help="log q is floored here before it becomes a reward",
+        check=Check(lambda v: v < 0, "< 0"),
+    )
+
+    def __post_init__(self) -> None:
+        self.hidden = tuple(int(h) for h in self.hidden)
+        check_fields(self)
 
 
 class Discriminator(nn.Module):

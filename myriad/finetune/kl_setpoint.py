@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from myriad.utils.settings import Check, at_least, check_fields, positive, setting
+
 
 @dataclass
 class KLSetpointConfig:
@@ -56,28 +58,48 @@ class KLSetpointConfig:
             lambda_init``.
     """
 
-    kl_coef_init: float | None = None
-    adversarial_coef_init: float | None = 0.02
-    eta: float = 0.5
-    max_error: float = 2.0
-    kl_coef_min: float = 0.01
-    kl_coef_max: float = 0.5
-    repulsion_eta: float = 0.05
-    repulsion_max: float = 0.5
-    damping: float = 0.2
-    adversarial_eta: float = 0.1
-    adversarial_coef_min: float = 0.002
-    adversarial_coef_max: float = 0.1
-    low: float = 0.5
-    scale_awac: bool = True
+    kl_coef_init: float | None = setting(
+        None, help="lambda at the start (null: kl_coef, else the preset's)", check=at_least(0)
+    )
+    adversarial_coef_init: float | None = setting(
+        0.02, help="c_adv once the actors train (null: adversarial_coef)", check=at_least(0)
+    )
+    eta: float = setting(
+        0.5,
+        help="log lambda += eta e, e = clip(log(KL / target), -max_error, max_error)",
+        check=positive(),
+    )
+    max_error: float = setting(2.0, help="clip of the KL error e", check=positive())
+    kl_coef_min: float = setting(0.01, help="floor of lambda", check=positive())
+    kl_coef_max: float = setting(0.5, help="ceiling of lambda", check=positive())
+    repulsion_eta: float = setting(
+        0.05,
+        help="rho -= repulsion_eta e outside [low target, target]; penalty lambda - rho "
+        "(0: no repulsion)",
+        check=at_least(0),
+    )
+    repulsion_max: float = setting(0.5, help="ceiling of rho", check=at_least(0))
+    damping: float = setting(
+        0.2, help="k_d: penalty += k_d (e_t - e_{t-1}) (0: none)", check=at_least(0)
+    )
+    adversarial_eta: float = setting(
+        0.1,
+        help="log c_adv -= adversarial_eta e, outside [low target, target]",
+        check=positive(),
+    )
+    adversarial_coef_min: float = setting(0.002, help="floor of c_adv", check=positive())
+    adversarial_coef_max: float = setting(0.1, help="ceiling of c_adv", check=positive())
+    low: float = setting(
+        0.5,
+        help="rho and c_adv rise while KL < low x target",
+        check=Check(lambda v: 0 < v < 1, "in (0, 1)"),
+    )
+    scale_awac: bool = setting(
+        True, help="follower i's awac_coef follows its lambda: beta lambda_i / lambda_init"
+    )
 
     def __post_init__(self) -> None:
-        for name in ("eta", "adversarial_eta", "max_error"):
-            if not float(getattr(self, name)) > 0:
-                raise ValueError(f"setpoint.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("repulsion_eta", "repulsion_max", "damping"):
-            if not float(getattr(self, name)) >= 0:
-                raise ValueError(f"setpoint.{name} must be >= 0, got {getattr(self, name)}")
+        check_fields(self)
         for low, high in (
             ("kl_coef_min", "kl_coef_max"),
             ("adversarial_coef_min", "adversarial_coef_max"),
@@ -88,8 +110,6 @@ class KLSetpointConfig:
                     f"setpoint.{low} and setpoint.{high} must satisfy 0 < min <= max, "
                     f"got {lo} and {hi}"
                 )
-        if not 0 < float(self.low) < 1:
-            raise ValueError(f"setpoint.low must be in (0, 1), got {self.low}")
 
 
 class KLSetpointController:

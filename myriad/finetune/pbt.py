@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,6 +35,7 @@ from myriad.finetune.base import FinetuneAlgorithm
 from myriad.nn.population import PopulationActorCritic
 from myriad.rl.ppo import PPOConfig
 from myriad.rl.storage import Batch
+from myriad.utils.settings import Check, at_least, between, setting
 from myriad.utils.tensors import member_rows
 
 #: The per-member hyperparameters, in the column order of :attr:`PBT.hyperparameters`.
@@ -62,12 +63,25 @@ class PBTConfig:
             it and mutated values are clamped to it.
     """
 
-    interval: int = 10
-    fraction: float = 0.25
-    mutation_prob: float = 0.15
-    mutation_factor: tuple[float, float] = (1.1, 1.5)
-    min_episodes: int = 1
-    ranges: Mapping[str, Sequence[float]] = field(default_factory=lambda: dict(DEFAULT_RANGES))
+    interval: int = setting(10, help="iterations between exploit/explore rounds", check=at_least(1))
+    fraction: float = setting(
+        0.25,
+        help="share of members in the worst (replaced) and best (copied) groups",
+        check=Check(lambda v: 0 < v <= 0.5, "in (0, 0.5]"),
+    )
+    mutation_prob: float = setting(
+        0.15, help="probability that a copied hyperparameter is perturbed", check=between(0, 1)
+    )
+    mutation_factor: tuple[float, float] = setting(
+        (1.1, 1.5), help="(low, high) of the perturbation factor, drawn uniformly"
+    )
+    min_episodes: int = setting(
+        1, help="a round waits until every member finished this many episodes", check=at_least(1)
+    )
+    ranges: Mapping[str, Sequence[float]] = setting(
+        factory=lambda: dict(DEFAULT_RANGES),
+        help="initial values (log-uniform) and bounds of the mutated values, per hyperparameter",
+    )
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.ranges) - set(HYPERPARAMETERS))

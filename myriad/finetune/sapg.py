@@ -30,6 +30,7 @@ from myriad.nn.population import Evaluation, PopulationActorCritic
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
+from myriad.utils.settings import at_least, check_fields, one_of, positive, setting
 
 LEADER = 0
 WEIGHTINGS = ("rows", "terms")
@@ -179,24 +180,48 @@ class SAPGConfig:
             off-policy rows per ``off_policy_normalize``, AWAC advantages raw.
     """
 
-    entropy_scale: float = 0.01
-    off_policy_coef: float = 1.0
-    off_policy_value: bool = False
-    off_policy_ratio: float | None = 1.0
-    off_policy_dual_clip: float | None = 3.0
-    off_policy_normalize: bool = False
-    schedule_kl: str = "leader"
-    weighting: str = "terms"
-    advantages: str = "separate"
+    entropy_scale: float = setting(
+        0.01,
+        help="follower i's entropy coefficient is 0.5 scale i / (M - 1); the leader's 0",
+        check=at_least(0),
+    )
+    off_policy_coef: float = setting(
+        1.0, help="weight of the leader's loss on the followers' data", check=at_least(0)
+    )
+    off_policy_value: bool = setting(
+        False, help="also fit the leader's critic to r + gamma V_L(s') there (the authors: true)"
+    )
+    off_policy_ratio: float | None = setting(
+        1.0, help="follower rows per leader row in that loss (null: all of them)", check=positive()
+    )
+    off_policy_dual_clip: float | None = setting(
+        3.0,
+        help="bound of a negative-advantage sample's loss, x |A| (null: none)",
+        check=positive(),
+    )
+    off_policy_normalize: bool = setting(
+        False, help="normalise the one-step advantages over the follower rows"
+    )
+    schedule_kl: str = setting(
+        "leader",
+        help="KL of the adaptive learning rate: the leader's rows or all rows",
+        check=one_of("leader", "all"),
+    )
+    weighting: str = setting(
+        "terms",
+        help="terms: each term a mean over its own rows | rows: one mean over the augmented "
+        "minibatch (the authors')",
+        check=one_of(*WEIGHTINGS),
+    )
+    advantages: str = setting(
+        "separate",
+        help="separate: per member and minibatch | augmented: one mean / std per update over "
+        "every advantage (the authors')",
+        check=one_of(*ADVANTAGE_MODES),
+    )
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("schedule_kl", self.schedule_kl, ("leader", "all")),
-            ("weighting", self.weighting, WEIGHTINGS),
-            ("advantages", self.advantages, ADVANTAGE_MODES),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        check_fields(self)
 
 
 class LeaderOffPolicyTerm:

@@ -48,7 +48,7 @@ from myriad.nn.linear import Linear, batched_linear, linear
 from myriad.nn.mlp import MLP
 from myriad.utils.config import ConfigError
 from myriad.utils.running_stats import GroupMeanStd, RunningMeanStd
-from myriad.utils.settings import field_names, from_config
+from myriad.utils.settings import at_least, field_names, from_config, one_of, positive, setting
 from myriad.utils.tensors import member_rows
 
 PARAMETERIZATIONS = ("shared_trunk", "embedding", "independent")
@@ -390,18 +390,35 @@ class PopulationConfig:
 
     obs_dim: int
     action_dim: int
-    size: int = 1
-    parameterization: str = "shared_trunk"
-    actor_hidden: tuple[int, ...] = (128, 128)
-    critic_hidden: tuple[int, ...] = (128, 128)
-    activation: str = "elu"
-    embedding_dim: int = 32
-    init_log_std: float = 0.0
-    log_std_bounds: tuple[float, float] = (-5.0, 2.0)
-    normalize_obs: bool = True
-    obs_clip: float = 10.0
-    normalize_value: bool = True
-    value_stats: str = "member"
+    size: int = setting(8, help="M members; 1 is the single-policy baseline", check=at_least(1))
+    parameterization: str = setting(
+        "shared_trunk",
+        help="shared_trunk | embedding | independent (every parameter belongs to one member)",
+        check=one_of(*PARAMETERIZATIONS),
+    )
+    actor_hidden: tuple[int, ...] = setting((64, 64), help="hidden layer sizes of the actors")
+    critic_hidden: tuple[int, ...] = setting((64, 64), help="hidden layer sizes of the critics")
+    activation: str = setting("elu", help="hidden activation", check=one_of(*ACTIVATIONS))
+    embedding_dim: int = setting(
+        32, help="member embedding (parameterization=embedding only)", check=at_least(1)
+    )
+    init_log_std: float = setting(-0.5, help="initial log std of every member's policy")
+    log_std_bounds: tuple[float, float] = setting(
+        (-5.0, 2.0), help="the policies' log std is clamped into this range"
+    )
+    normalize_obs: bool = setting(True, help="running mean / std of the observations")
+    obs_clip: float = setting(
+        10.0, help="normalised observations are clamped to +-obs_clip", check=positive()
+    )
+    normalize_value: bool = setting(
+        True, help="critics predict returns normalised by running statistics"
+    )
+    value_stats: str = setting(
+        "member",
+        help="member: return statistics per member (members paid different rewards do not "
+        "rescale each other) | shared",
+        check=one_of(*VALUE_STATS),
+    )
 
     def __post_init__(self) -> None:
         # Configs often arrive as lists (YAML); tuples keep the dataclass hashable and comparable.

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from myriad.pretrain.settings import check_pretrain_config
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import compose, resumed_config
 from myriad.utils.logging import print_report
@@ -33,8 +34,10 @@ def resolve_config(
     resuming, the run's saved config with ``overrides`` applied on top (the runner then refuses
     overrides that would change the experiment)."""
     if resume is None:
-        return compose("pretrain", overrides)
-    return resumed_config(resume, overrides, kind="pretrain")
+        cfg = compose("pretrain", overrides)
+        check_pretrain_config(cfg)
+        return cfg
+    return resumed_config(resume, overrides, kind="pretrain", schema=check_pretrain_config)
 
 
 def pretrain(

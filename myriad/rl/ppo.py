@@ -30,7 +30,16 @@ from myriad.rl.losses import (
 )
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
-from myriad.utils.config import ConfigError
+from myriad.utils.settings import (
+    Check,
+    at_least,
+    between,
+    check_fields,
+    from_config,
+    one_of,
+    positive,
+    setting,
+)
 from myriad.utils.tensors import member_rows
 
 SCHEDULES = ("adaptive", "fixed")
@@ -68,39 +77,59 @@ class PPOConfig:
             normalisation as the rollout.
     """
 
-    clip: float = 0.2
-    epochs: int = 5
-    minibatches: int = 4
-    lr: float = 3e-4
-    gamma: float = 0.99
-    lam: float = 0.95
-    value_coef: float = 1.0
-    entropy_coef: float | Sequence[float] = 0.0
-    max_grad_norm: float = 1.0
-    desired_kl: float = 0.01
-    schedule: str = "adaptive"
-    value_clip: float | None = 0.2
-    advantage_normalization: str = "member"
-    member_major: bool = True
-    kl_estimator: str = "exact"
-    lr_factor: float = 1.5
-    min_lr: float = 1e-5
-    max_lr: float = 1e-2
-    adam_eps: float = 1e-8
-    update_obs_norm: bool = True
+    clip: float = setting(0.2, help="ratio clip range of the policy surrogate", check=positive())
+    epochs: int = setting(4, help="passes over each rollout", check=at_least(1))
+    minibatches: int = setting(4, help="minibatches per pass", check=at_least(1))
+    lr: float = setting(3e-4, help="initial Adam learning rate", check=positive())
+    gamma: float = setting(0.99, help="discount", check=between(0, 1))
+    lam: float = setting(0.95, help="GAE lambda", check=between(0, 1))
+    value_coef: float = setting(1.0, help="weight of the value loss", check=at_least(0))
+    entropy_coef: float | Sequence[float] = setting(
+        0.0, help="entropy bonus weight (one number, or one per member)"
+    )
+    max_grad_norm: float = setting(1.0, help="global gradient-norm clip", check=positive())
+    desired_kl: float | None = setting(
+        0.01,
+        help="KL target of the adaptive learning rate (null: fixed rate, schedule=fixed)",
+        check=positive(),
+    )
+    schedule: str = setting("adaptive", help="learning-rate schedule", check=one_of(*SCHEDULES))
+    value_clip: float | None = setting(
+        0.2,
+        help="clip of the value loss around the behaviour values (null: unclipped)",
+        check=positive(),
+    )
+    advantage_normalization: str = setting(
+        "member",
+        help="advantages normalised per member and minibatch, per batch, or not",
+        check=one_of(*ADVANTAGE_NORMALIZATIONS),
+    )
+    member_major: bool = setting(
+        True, help="member-major minibatches (the model's fast path) where the layout allows"
+    )
+    kl_estimator: str = setting(
+        "exact",
+        help="KL of the adaptive schedule: exact Gaussian KL, or approx (r - 1) - log r",
+        check=one_of(*KL_ESTIMATORS),
+    )
+    lr_factor: float = setting(
+        1.5, help="step of the adaptive schedule", check=Check(lambda v: v > 1, "> 1")
+    )
+    min_lr: float = setting(1e-5, help="floor of the adaptive learning rate", check=positive())
+    max_lr: float = setting(
+        1e-3,
+        help="ceiling of the adaptive learning rate (finetuning starts from trained weights)",
+        check=positive(),
+    )
+    adam_eps: float = setting(1e-8, help="Adam epsilon", check=positive())
+    update_obs_norm: bool = setting(
+        True, help="fold each rollout's observations into the running statistics after the update"
+    )
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("schedule", self.schedule, SCHEDULES),
-            ("advantage_normalization", self.advantage_normalization, ADVANTAGE_NORMALIZATIONS),
-            ("kl_estimator", self.kl_estimator, KL_ESTIMATORS),
-        ):
-            if value not in allowed:
-                raise ValueError(f"PPOConfig.{name} must be one of {allowed}, got {value!r}")
-        if self.epochs < 1 or self.minibatches < 1:
-            raise ValueError(
-                f"epochs and minibatches must be >= 1, got {self.epochs}, {self.minibatches}"
-            )
+        if self.desired_kl is None:
+            self.schedule = "fixed"
+        check_fields(self)
 
 
 class LossTerm(Protocol):
@@ -413,7 +442,7 @@ class PPO:
                 loss.backward()
                 if self.grad_sync is not None:
                     self.grad_sync(stats)  # ranks average gradients and stats (so the KL below)
-                if cfg.schedule == "adaptive" and not critic_only:
+                if cfg.desired_kl is not None and cfg.schedule == "adaptive" and not critic_only:
                     self.set_lr(
                         adaptive_lr(
                             self.lr,
@@ -462,11 +491,13 @@ class PPO:
 
 
 def ppo_config(cfg: Mapping[str, Any]) -> PPOConfig:
-    """:class:`PPOConfig` from the ``ppo`` block; ``desired_kl: null`` means a fixed rate."""
+    """:class:`PPOConfig` from the ``ppo`` block; ``desired_kl: null`` means a fixed rate
+    (``schedule`` fixed, whatever it says).
+
+    Raises:
+        ConfigError: an unknown key, or a value of the wrong type or range.
+    """
     p = dict(cfg["ppo"])
-    desired_kl = p.pop("desired_kl", None)
-    p.setdefault("schedule", "adaptive" if desired_kl else "fixed")
-    try:
-        return PPOConfig(**p, desired_kl=float(desired_kl) if desired_kl else 0.01)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"ppo: {exc}") from exc
+    if "desired_kl" in p and p["desired_kl"] is None:
+        p["schedule"] = "fixed"
+    return from_config(PPOConfig, p, "ppo")

@@ -1,5 +1,6 @@
 """Commands that work on finished runs: evaluation (``myriad eval``), policy export
-(``myriad export-policy``) and sweeps (``myriad pretrain -m``, ``myriad sweep``).
+(``myriad export-policy``), sweeps (``myriad pretrain -m``, ``myriad sweep``) and the config
+schema (``myriad config``).
 
 Each module adds its subcommand's arguments (``add_parser``) and runs it (``run``); its module
 level stays free of heavy imports, so building the ``myriad`` parser stays fast.
@@ -16,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "eval": "myriad.tools.evaluate",
     "export-policy": "myriad.tools.export_policy",
     "sweep": "myriad.tools.sweep",
+    "config": "myriad.tools.config_schema",
 }
 #: Subcommands whose extra arguments are overrides (``key=value``) rather than errors.
 TAKES_OVERRIDES: tuple[str, ...] = ("eval",)

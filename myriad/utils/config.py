@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -122,14 +122,22 @@ _KIND_MARKERS = {"pretrain": "objective", "finetune": "algo"}
 
 
 def resumed_config(
-    run: str | Path, overrides: Sequence[str] = (), kind: str | None = None
+    run: str | Path,
+    overrides: Sequence[str] = (),
+    kind: str | None = None,
+    schema: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """A run's saved config with ``overrides`` applied on top; the runner then refuses overrides
     that would change the experiment (see ``RunnerBase.RESUME_IGNORED_KEYS``).
 
+    Args:
+        schema: the command's schema check (e.g.
+            :func:`myriad.finetune.settings.check_finetune_config`), applied to the saved
+            config (messages then name the file) and to the result.
+
     Raises:
-        ConfigError: the run is not of ``kind`` (``"pretrain"`` or ``"finetune"``), or an
-            override has the wrong type or range.
+        ConfigError: the run is not of ``kind`` (``"pretrain"`` or ``"finetune"``), the saved
+            config or an override has the wrong type or range.
     """
     from omegaconf.errors import OmegaConfBaseException
 
@@ -143,6 +151,14 @@ def resumed_config(
             f"{run} is a run of myriad {other}, not {kind}: resume it with "
             f"myriad {other} --resume {run}{hint}"
         )
+    if schema is not None:
+        try:
+            schema(original)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{run_folder(run) / 'config.yaml'}: {exc}; fix the key in the file, or start a "
+                "new run"
+            ) from exc
     saved: DictConfig | ListConfig = OmegaConf.create(original)
     if overrides:
         try:
@@ -152,6 +168,8 @@ def resumed_config(
     cfg = _resolved_mapping(saved)
     assert cfg is not None  # a mapping merged with dotted overrides stays a mapping
     check_config(cfg, original)
+    if schema is not None:
+        schema(cfg)
     return cfg
 
 

@@ -3,14 +3,13 @@ whose bad values would otherwise fail late, deep in a library, or run a wrong ex
 
 Types come from the packaged configs themselves: a key whose default is an integer must stay an
 integer, and so on, so every key of every config group is checked without a second schema to keep
-in step. Ranges are the table :data:`RANGES`.
+in step. Ranges, and the keys of the sections with a schema, are each command's schema
+(``myriad.pretrain.settings``, ``myriad.finetune.settings``).
 """
 
 from __future__ import annotations
 
-import fnmatch
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from myriad.utils.checkpoint import flatten_config
@@ -74,69 +73,6 @@ def check_types(config: Mapping[str, Any], reference: Mapping[str, Any]) -> None
             )
 
 
-def _at_least(low: float) -> Callable[[Any], bool]:
-    return lambda v: v >= low
-
-
-def _positive(v: Any) -> bool:
-    return v > 0 and math.isfinite(v)
-
-
-def _unit(v: Any) -> bool:
-    return 0.0 <= v <= 1.0
-
-
-#: ``(dotted key pattern, predicate, what it must be)``; None values are not range-checked.
-RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("seed", _at_least(0), "an integer >= 0"),
-    ("num_envs", _at_least(1), "at least 1"),
-    ("num_steps", _at_least(1), "at least 1"),
-    ("iterations", _at_least(1), "at least 1"),
-    ("checkpoint_every", _at_least(0), ">= 0 (0: only when the run ends)"),
-    ("keep_checkpoints", _at_least(1), "at least 1, or null to keep all"),
-    ("torch_threads", _at_least(0), ">= 0 (0: torch's default)"),
-    ("population.size", _at_least(1), "at least 1"),
-    ("objective.k", _at_least(1), "at least 1"),
-    ("objective.beta", _unit, "in [0, 1]"),
-    ("objective.c", _positive, "> 0"),
-    ("objective.min_distance", _positive, "> 0"),
-    ("objective.kl_threshold", _positive, "> 0"),
-    ("objective.inner_steps", _at_least(1), "at least 1"),
-    ("objective.lr", _positive, "> 0"),
-    ("ppo.epochs", _at_least(1), "at least 1"),
-    ("ppo.minibatches", _at_least(1), "at least 1"),
-    ("ppo.lr", _positive, "> 0"),
-    ("ppo.max_lr", _positive, "> 0"),
-    ("ppo.clip", _positive, "> 0"),
-    ("ppo.gamma", _unit, "in [0, 1]"),
-    ("ppo.lam", _unit, "in [0, 1]"),
-    ("ppo.value_coef", _at_least(0), ">= 0"),
-    ("ppo.entropy_coef", _at_least(0), ">= 0"),
-    ("ppo.max_grad_norm", _positive, "> 0"),
-    ("ppo.desired_kl", _positive, "> 0, or null for a fixed learning rate"),
-    ("init.episodes", _at_least(1), "at least 1"),
-    ("init.critic_warmup", _at_least(0), ">= 0"),
-    ("eval.every", _at_least(0), ">= 0 (0: only at the end)"),
-    ("eval.episodes", _at_least(1), "at least 1"),
-    ("eval.final_episodes", _at_least(1), "at least 1"),
-    ("diagnostics.states_per_member", _at_least(1), "at least 1"),
-    ("algo.*_coef", _at_least(0), ">= 0"),
-    ("algo.kl_target", _positive, "> 0 nats, or null for fixed coefficients"),
-)
-
-
-def check_ranges(config: Mapping[str, Any]) -> None:
-    """Raise :class:`ConfigError` for the first key of :data:`RANGES` out of its range."""
-    flat = flatten_config(config)
-    for pattern, ok, wanted in RANGES:
-        for key in fnmatch.filter(flat, pattern):
-            value = flat[key]
-            if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            if not ok(value):
-                raise ConfigError(f"{key}={value!r} is out of range: it must be {wanted}")
-
-
 def check_device(device: str) -> None:
     """Raise :class:`ConfigError` if ``device`` is not a torch device this machine has."""
     import torch
@@ -162,10 +98,10 @@ def check_device(device: str) -> None:
 
 
 def check_config(config: Mapping[str, Any], reference: Mapping[str, Any]) -> None:
-    """Types against ``reference``, ranges, and the device: every check that needs nothing
-    built. Raises :class:`ConfigError` naming the key and the fix."""
+    """Types against ``reference`` and the device: the checks that need no schema (each
+    command then checks its schema: ``myriad.<command>.settings``). Raises
+    :class:`ConfigError` naming the key and the fix."""
     check_types(config, reference)
-    check_ranges(config)
     check_device(str(config.get("device", "cpu")))
 
 
@@ -210,8 +146,8 @@ _KINDS_CACHE: dict[str, dict[str, set[str]]] = {}
 
 def check_saved_config(config: Mapping[str, Any], kind: str, source: str) -> None:
     """Check a config read from disk (a run's ``config.yaml``) as overrides are checked: every
-    key the packaged configs know keeps one of their types, every section stays a mapping, and
-    ranges hold. Messages name ``source`` and the key.
+    key the packaged configs know keeps one of their types and every section stays a mapping
+    (the command's schema checks ranges on resume). Messages name ``source`` and the key.
 
     Raises:
         ConfigError: ``"<source>: <key>=<value> must be ..."``.
@@ -233,7 +169,3 @@ def check_saved_config(config: Mapping[str, Any], kind: str, source: str) -> Non
                 f"{source}: {key}={value!r} must be {wanted}; fix the key in the file, or start "
                 "a new run"
             )
-    try:
-        check_ranges(config)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}; fix the key in the file, or start a new run") from exc
