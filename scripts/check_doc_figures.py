@@ -280,8 +280,8 @@ def check(checked: list[Path] | None = None) -> list[str]:
                         continue
                     names = ", ".join(sorted({p.name for p in files}))
                     problems.append(f"{rel}:{line}: {written} is not in {names}")
-    names = {relative(page) for page in checked}
-    for rel, written in sorted({key for key in EXEMPT if key[0] in names} - used_exempt):
+    checked_names = {relative(page) for page in checked}
+    for rel, written in sorted({key for key in EXEMPT if key[0] in checked_names} - used_exempt):
         problems.append(f"{rel}: EXEMPT lists {written}, which no unit of the page writes")
     return problems
 
