@@ -18,8 +18,9 @@ from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.init import InitReport
 from myriad.finetune.runner import FinetuneRunner
 from myriad.nn.population import build_population
-from myriad.utils.checkpoint import load_checkpoint, save_checkpoint
+from myriad.utils.checkpoint import load_checkpoint
 from myriad.utils.config import ConfigError
+from myriad.utils.migrations import migrate_checkpoint
 from myriad.utils.seeding import STREAMS, derive_seed, stream_seed
 
 TINY = [*TINY_FINETUNE, "num_envs=16"]
@@ -177,12 +178,16 @@ def test_run_saved_with_legacy_population_keys_resumes(tmp_path):
     checkpoint = folder / "checkpoints" / "iter_000002.pt"
     payload = load_checkpoint(checkpoint)
     payload["config"]["population"] = _legacy(payload["config"]["population"])
-    save_checkpoint(checkpoint, payload)
+    # As those versions wrote it: format 1, no digest.
+    torch.save({**payload, "format": 1}, checkpoint)
 
     assert main(["finetune", "--resume", str(folder), "iterations=3", "plots=false"]) == 0
     assert json.loads((folder / "summary.json").read_text())["iterations"] == 3
     resumed = load_checkpoint(folder / "checkpoints" / "iter_000003.pt")
-    assert resumed["config"]["population"]["kind"] == "shared_trunk"  # kept as it was saved
+    # Written in the current layout (myriad.utils.migrations).
+    population = resumed["config"]["population"]
+    assert population["parameterization"] == "shared_trunk" and "kind" not in population
+    assert population["value_stats"] == "shared"  # what configs without the key meant
     for key, value in payload["state"]["model"].items():
         assert value.shape == resumed["state"]["model"][key].shape, key
 
@@ -253,7 +258,8 @@ def test_checkpoint_with_the_earlier_task_stats_layout_loads(tmp_path):
         "episodes": {"sums": torch.stack([sums[0], sums[1], sums[3]])},
     }
     second = runner(tmp_path, "pbt", "old", "plots=false", "tensorboard=false")
-    second.state_objects()["collector"].load_state_dict(legacy)
+    migrated = migrate_checkpoint({"format": 1, "state": {"collector": legacy}})
+    second.state_objects()["collector"].load_state_dict(migrated["state"]["collector"])
     assert torch.equal(second.collector.episodes.sums, sums)
     assert second.collector.episodes.has_success
     assert torch.equal(second.env.pos, first.env.pos) and torch.equal(

@@ -20,6 +20,7 @@ from myriad.utils.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
 )
+from myriad.utils.migrations import migrate_checkpoint
 from myriad.utils.seeding import seed_everything
 
 CONFIG = {
@@ -180,7 +181,19 @@ def test_env_state_of_earlier_checkpoints_restores_episode_statistics():
         "episode_return": state["episode"]["returns"],
         "episode_length": state["episode"]["lengths"],
     }
-    for saved in (state, legacy):
+    # Format 1 checkpoints get the current layout when read (myriad.utils.migrations).
+    old = {
+        "format": 1,
+        "state": {
+            "collector": {
+                "env": legacy,
+                "episodes": {"sums": torch.zeros(4, 1), "has_success": False},
+            }
+        },
+    }
+    migrated = migrate_checkpoint(old)["state"]["collector"]["env"]
+    assert migrated.keys() == state.keys()
+    for saved in (state, migrated):
         fresh = make("nav-empty", 4, "cpu", task="dense", max_episode_steps=12)
         fresh.reset(0)
         load_env_state_dict(fresh, saved)
@@ -228,6 +241,13 @@ def test_episode_tracker_sums_per_member_and_loads_earlier_checkpoints():
         "episode/return/member_1": 3.0,
     }
     assert tracker.summary() == {"episode/count": 0.0}  # read and reset
+    # A format 1 checkpoint's tracker: [return, length, count], no success row.
+    env = {"tensors": {}, "episode": {}}
+    sums = torch.tensor([[8.0, 6.0], [5.0, 10.0], [2.0, 2.0]])
+    old = {"format": 1, "state": {"collector": {"env": env, "episodes": {"sums": sums}}}}
     earlier = EpisodeTracker(2, "cpu")
-    earlier.load_state_dict({"sums": torch.tensor([[8.0, 6.0], [5.0, 10.0], [2.0, 2.0]])})
-    np.testing.assert_array_equal(earlier.read().successes, [0.0, 0.0])
+    earlier.load_state_dict(migrate_checkpoint(old)["state"]["collector"]["episodes"])
+    read = earlier.read()
+    np.testing.assert_array_equal(read.successes, [0.0, 0.0])
+    np.testing.assert_array_equal(read.counts, [2.0, 2.0])
+    assert not earlier.has_success

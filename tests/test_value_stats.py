@@ -171,11 +171,12 @@ def test_ppo_folds_each_members_returns_into_its_own_statistics():
 
 
 def test_a_config_saved_before_the_key_keeps_one_statistic():
-    from myriad.nn.population import build_population, population_fields
+    from myriad.nn.population import build_population
+    from myriad.utils.migrations import migrate_population
 
-    assert population_fields({"size": 3})["value_stats"] == "shared"
-    assert population_fields({"size": 3, "value_stats": "member"})["value_stats"] == "member"
-    old = build_population({"size": 3, "critic_hidden": [8]}, 4, 2)
+    assert migrate_population({"size": 3})["value_stats"] == "shared"
+    assert migrate_population({"size": 3, "value_stats": "member"})["value_stats"] == "member"
+    old = build_population(migrate_population({"size": 3, "critic_hidden": [8]}), 4, 2)
     assert old.value_norm is not None and old.value_norm.groups == 1
     new = build_population({"size": 3, "critic_hidden": [8], "value_stats": "member"}, 4, 2)
     assert new.value_norm is not None and new.value_norm.groups == 3

@@ -191,9 +191,9 @@ class DatasetRecorder:
         self.iteration_rows = None if counts is None else [int(c) for c in counts.tolist()]
         published = published_rows(self.path)
         staged = state.get("rows")
-        if "base_rows" in state:
+        if state["base_rows"] is not None:
             base = int(state["base_rows"])
-        else:  # checkpoints that predate base_rows: a finished file belongs to the run
+        else:  # a checkpoint that predates base_rows (myriad.utils.migrations, change 7)
             base = published[0] if published is not None and staged is None else 0
         expected = base + int(staged or 0)
         later = (

@@ -38,7 +38,6 @@ from myriad.nn.population import (
     ARCHITECTURE_FIELDS,
     PopulationActorCritic,
     build_population,
-    population_fields,
 )
 from myriad.rl.saved_population import load_population
 from myriad.utils.config import ConfigError
@@ -102,8 +101,8 @@ def init_config(cfg: dict[str, Any], source: str | Path, overrides: Sequence[str
     finally:
         pretrained_env.close()
         env.close()
-    # The pretrained model's own config: it holds the fields an older run's config.yaml lacks.
-    population = population_fields(cfg["population"])
+    # The pretrained model's own architecture, whatever the run's population section says.
+    population = dict(cfg["population"])
     population.update(
         {k: v for k, v in pre.model.config.to_dict().items() if k in ARCHITECTURE_FIELDS}
     )

@@ -231,10 +231,9 @@ class KLSetpointController:
                 f"{self.targets.tolist()}"
             )
         self.log_kl_coef.copy_(state["log_kl_coef"])
-        # Checkpoints from before the repulsion and the damping existed resume without them.
-        self.repulsion.copy_(state.get("repulsion", torch.zeros_like(self.repulsion)))
-        self.last_error.copy_(state.get("last_error", torch.full_like(self.last_error, math.nan)))
-        self.error_change.copy_(state.get("error_change", torch.zeros_like(self.error_change)))
+        self.repulsion.copy_(state["repulsion"])
+        self.last_error.copy_(state["last_error"])
+        self.error_change.copy_(state["error_change"])
         if self.log_adversarial_coef is not None:
             self.log_adversarial_coef.copy_(state["log_adversarial_coef"])
 

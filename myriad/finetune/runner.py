@@ -23,7 +23,7 @@ from myriad.finetune.evaluation import PopulationEvaluation, PopulationEvaluator
 from myriad.finetune.init import InitReport, initialise
 from myriad.finetune.plots import kl_heatmap, kl_setpoint, overview
 from myriad.finetune.route_plots import route_map
-from myriad.finetune.tracking import CollectorState, member_scalars
+from myriad.finetune.tracking import member_scalars
 from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings, whole_run
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.checkpoint import latest_checkpoint
@@ -283,7 +283,7 @@ class FinetuneRunner(OnPolicyRunner):
         return {
             "model": self.model,
             "algorithm": self.algorithm,
-            "collector": CollectorState(self.collector),
+            "collector": self.collector,
             "finetune": _RunnerState(self),
         }
 

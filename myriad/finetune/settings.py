@@ -153,11 +153,7 @@ def check_finetune_config(cfg: Mapping[str, Any]) -> None:
     run = {k: v for k, v in cfg.items() if k not in OWN_SCHEMA}
     check_values(FinetuneSettings, run, "")
     if isinstance(cfg.get("population"), Mapping):
-        from myriad.nn.population import population_fields
-
-        check_values(
-            PopulationConfig, population_fields(cfg["population"]), "population", skip=ENV_SIZES
-        )
+        check_values(PopulationConfig, cfg["population"], "population", skip=ENV_SIZES)
     algo = cfg.get("algo")
     if isinstance(algo, Mapping):
         name = str(algo.get("name"))

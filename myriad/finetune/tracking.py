@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-import torch
 
-from myriad.rl.collector import EpisodeSums, RolloutCollector
+from myriad.rl.collector import EpisodeSums
 
 
 def member_scalars(
@@ -28,34 +25,3 @@ def member_scalars(
         for i in np.flatnonzero(count > 0):
             out[f"episode/success/member_{i}"] = float(success[i] / count[i])
     return out
-
-
-class CollectorState:
-    """The finetuning collector's checkpoint entry. Loading also reads checkpoints of earlier
-    versions, whose envs were wrapped in a task-statistics env keeping the success sums (now the
-    collector's episode tracker keeps them)."""
-
-    def __init__(self, collector: RolloutCollector) -> None:
-        self.collector = collector
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.collector.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        wrapped = state["env"].get("state_dict")
-        if isinstance(wrapped, dict) and {"env", "sums", "has_success"} <= set(wrapped):
-            # Earlier layout: env = {"state_dict": {"env", "sums": [return, success, count],
-            # "has_success"}}, and the tracker's sums [return, length, count].
-            episodes = state["episodes"]["sums"]
-            success = wrapped["sums"][1]
-            state = {
-                **state,
-                "env": wrapped["env"],
-                "episodes": {
-                    "sums": torch.stack(
-                        [episodes[0], episodes[1], success.to(episodes), episodes[2]]
-                    ),
-                    "has_success": bool(wrapped["has_success"]),
-                },
-            }
-        self.collector.load_state_dict(state)

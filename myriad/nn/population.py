@@ -754,14 +754,6 @@ class PopulationActorCritic(nn.Module):
         return new
 
 
-#: Keys of ``population`` configs saved before the keys were the field names, and the fields
-#: each stands for; run folders and checkpoints written then still load (:func:`population_fields`).
-LEGACY_KEYS: dict[str, tuple[str, ...]] = {
-    "kind": ("parameterization",),
-    "hidden": ("actor_hidden", "critic_hidden"),
-    "obs_norm": ("normalize_obs",),
-}
-
 #: The fields of a population config that define its architecture: everything but the size and
 #: the env's sizes. ``--init`` takes them from the pretrained population.
 ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
@@ -769,21 +761,6 @@ ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
     for name in field_names(PopulationConfig)
     if name not in ("obs_dim", "action_dim", *LOADABLE_DIFFERENCES)
 )
-
-
-def population_fields(population: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``population`` config with the :data:`LEGACY_KEYS` translated to field names (a field
-    given under its own name wins), and ``value_stats: shared`` where it is absent (a config
-    saved before the key existed, when the population shared one return statistic). The one
-    place that knows the old keys."""
-    out = {key: value for key, value in population.items() if key not in LEGACY_KEYS}
-    for key, names in LEGACY_KEYS.items():
-        if key in population:
-            for name in names:
-                out.setdefault(name, population[key])
-    # Saved before value_stats existed: one return statistic for the population, as then.
-    out.setdefault("value_stats", "shared")
-    return out
 
 
 def population_config(
@@ -796,7 +773,7 @@ def population_config(
     """
     return from_config(
         PopulationConfig,
-        population_fields(population),
+        population,
         "population",
         obs_dim=int(obs_dim),
         action_dim=int(action_dim),

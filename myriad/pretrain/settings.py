@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from myriad.entropy.knn import BACKENDS
-from myriad.nn.population import PopulationConfig, population_fields
+from myriad.nn.population import PopulationConfig
 from myriad.rl.ppo import PPOConfig
 from myriad.utils.config import ConfigError
 from myriad.utils.run_settings import RunSettings
@@ -148,8 +148,7 @@ def check_pretrain_config(cfg: Mapping[str, Any]) -> None:
     """
     check_values(PretrainSettings, {k: v for k, v in cfg.items() if k not in OWN_SCHEMA}, "")
     if isinstance(cfg.get("population"), Mapping):
-        fields = population_fields(cfg["population"])
-        check_values(PopulationConfig, fields, "population", skip=ENV_SIZES)
+        check_values(PopulationConfig, cfg["population"], "population", skip=ENV_SIZES)
     objective = cfg.get("objective")
     if isinstance(objective, Mapping):
         cls = objective_settings(str(objective.get("name")))

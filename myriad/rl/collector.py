@@ -111,11 +111,8 @@ class EpisodeTracker:
         return {"sums": self.sums.detach().cpu().clone(), "has_success": self.has_success}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        sums = state["sums"]
-        if sums.shape[0] == 3:  # checkpoints of earlier versions: return, length, count
-            sums = torch.stack([sums[0], sums[1], torch.zeros_like(sums[0]), sums[2]])
-        self.sums.copy_(sums)
-        self.has_success = bool(state.get("has_success", False))
+        self.sums.copy_(state["sums"])
+        self.has_success = bool(state["has_success"])
 
 
 def env_state_dict(env: VecEnv) -> dict[str, Any]:
@@ -148,12 +145,6 @@ def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> None:
         return
     tensors = dict(state["tensors"])
     episode = state.get("episode")
-    if episode is None and "episode_length" in tensors and "episode_return" in tensors:
-        # Checkpoints of earlier versions kept the statistics as env attributes.
-        episode = {
-            "returns": tensors.pop("episode_return"),
-            "lengths": tensors.pop("episode_length"),
-        }
     for name, value in tensors.items():
         current = getattr(env, name, None)
         if torch.is_tensor(current) and current.shape == value.shape:

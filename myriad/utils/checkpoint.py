@@ -156,7 +156,9 @@ def load_checkpoint(
             f"{path} failed its digest check: its bytes changed after it was written (a disk "
             "or copy error); use an earlier checkpoint of the run (checkpoints/iter_NNNNNN.pt)"
         )
-    return payload
+    from myriad.utils.migrations import migrate_checkpoint
+
+    return migrate_checkpoint(payload)
 
 
 _unverified_noted: set[str] = set()

@@ -103,7 +103,10 @@ def load_run_config(run: str | Path) -> dict[str, Any]:
                     f"{cfg_file} is not a myriad run config (no env section): restore it or "
                     "start a new run"
                 )
+            from myriad.utils.migrations import migrate_config
             from myriad.utils.validation import check_saved_config
+
+            migrate_config(loaded)
 
             kind = next((k for k, marker in _KIND_MARKERS.items() if marker in loaded), None)
             if kind is not None:

@@ -49,7 +49,6 @@ from myriad.distributed.torchdist.sync import (
 )
 from myriad.finetune.init import InitReport
 from myriad.finetune.runner import FinetuneRunner
-from myriad.finetune.tracking import CollectorState
 from myriad.nn.population import block_members
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import RolloutStorage
@@ -119,7 +118,7 @@ class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
                 RowShare(ranks.rank, ranks.world_size, ranks.all_reduce_, ranks.all_gather_cat)
             )
         self.collector.episodes = SummedEpisodeTracker(self.collector.episodes, ranks)
-        self.rank_state = RankLocalState(ranks, CollectorState(self.collector))
+        self.rank_state = RankLocalState(ranks, self.collector)
         num_envs = int(self.config["num_envs"])
         member = block_members(num_envs, self.model.num_members, self.env.device)
         #: This rank's share of each rollout ``[T, E/R]``; ``storage`` is the whole ``[T, E]``.
