@@ -31,7 +31,7 @@ best-ranked one), the leader evaluated with deterministic actions
 entry and a second figure (``_finetune.png``), together with RUN's own per-member behaviour
 summary (same rollouts and rule as above). ``--finetune-variants`` picks other variants
 (:data:`FINETUNE_VARIANTS`: the CPO presets 0.1 / 0.3, the KL set point, PBT) and ``--members``
-the population size of the finetuning runs. """
+the population size of the finetuning runs."""
 
 from __future__ import annotations
 
