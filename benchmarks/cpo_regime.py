@@ -250,6 +250,15 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
     return out
 
 
+def _metric(record: dict[str, Any], metric: str) -> float:
+    """A run's ``metric``; the area under the return curve of runs written before the JSON
+    held it is computed from their curve, as :func:`run_one` does."""
+    if metric == "auc_return" and metric not in record:
+        returns = [v for _, v in record["curve"]["return"]]
+        return float(np.mean(returns)) if returns else 0.0
+    return float(record[metric])
+
+
 def summarize(folder: Path, reps: int) -> dict[str, Any]:
     records = [json.loads(p.read_text()) for p in sorted(folder.glob("*-seed*.json"))]
     if not records:
@@ -265,7 +274,7 @@ def summarize(folder: Path, reps: int) -> dict[str, Any]:
     }
     for metric in ("final_success", "auc_success", "steps_to_half", "final_return", "auc_return"):
         scores = {
-            a: np.array([[r[metric]] for r in records if r["algo"] == a], dtype=float)
+            a: np.array([[_metric(r, metric)] for r in records if r["algo"] == a], dtype=float)
             for a in algos
         }
         out[metric] = iqm_and_mean(scores, reps)
