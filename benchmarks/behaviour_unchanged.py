@@ -29,11 +29,13 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Summary keys that differ between any two runs (time, places, versions).
+#: Summary keys that differ between any two runs: wall times and the shares of them, places,
+#: versions, and the digest of the summary file (it covers those).
 VOLATILE = (
     "time",
     "seconds",
     "per_s",
+    "_share",
     "steps_per",
     "run_dir",
     "path",
@@ -47,6 +49,8 @@ VOLATILE = (
     "folder",
     "report",
     "plots",
+    "digest",
+    "init.source",
 )
 
 
@@ -214,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         "pretrain_overrides": args.pretrain,
         "finetune_overrides": args.finetune,
         "identical": not any(diffs.values()),
+        "ignored_summary_keys": list(VOLATILE),
         "differences": diffs,
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

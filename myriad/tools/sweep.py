@@ -475,7 +475,8 @@ def config_help(kind: str) -> str:
         options = ", ".join(sorted(f.stem for f in group.glob("*.yaml")))
         lines.append(f"  {group.name}: {options}")
     lines += [
-        f"every key with its value: myriad {kind} [overrides] --cfg job",
+        f"every key with its type, default, range and help: myriad config {kind}",
+        f"the resolved config of a run: myriad {kind} [overrides] --cfg job",
         f"sweep: myriad {kind} -m seed=0,1,2 KEY=A,B  (then: myriad sweep summarize SWEEP)",
     ]
     return "\n".join(lines)
