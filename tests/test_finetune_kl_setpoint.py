@@ -203,7 +203,7 @@ def test_coefficients_reach_the_losses_per_follower(tmp_path):
     obs, actions = reference._inputs(r.storage)
     labels = r.storage.member.repeat(r.storage.num_steps)
     log_q, _ = reference.score(obs, actions, labels)
-    bonus = cpo.reward_bonus(r.storage).reshape(-1)
+    bonus = cpo.reward_bonus(r.storage).bonus.reshape(-1)
     expected = torch.tensor([0.0, 0.01, 0.04])[labels] * log_q.clamp(min=-10.0)
     torch.testing.assert_close(bonus, expected)
 

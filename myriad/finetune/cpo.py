@@ -36,7 +36,7 @@ from myriad.finetune.rows import leader_rows, tile_members
 from myriad.finetune.sapg import SAPG, SAPGConfig, ensure_field, transitions
 from myriad.nn.distributions import gaussian_kl, gaussian_log_prob
 from myriad.nn.population import Evaluation, PopulationActorCritic
-from myriad.rl.ppo import PPO, LossTerm, PPOConfig
+from myriad.rl.ppo import PPO, LossTerm, PPOConfig, RewardBonus
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.config import ConfigError
@@ -339,20 +339,20 @@ class CPO(SAPG):
 
     # ---------------------------------------------------------------- rollout-level quantities
 
-    def reward_bonus(self, storage: RolloutStorage) -> torch.Tensor | None:
+    def reward_bonus(self, storage: RolloutStorage) -> RewardBonus | None:
         if self.adversarial is None:
             return None
         log_q, stats = self.adversarial(storage)  # [T, E], 0 on the leader's envs
         bonus = log_q * self.adversarial_coef[storage.member]
         stats["adversarial_bonus"] = float(bonus.mean())
-        self.prepare_stats.update(stats)
-        return bonus
+        return RewardBonus(bonus, stats)
 
-    def prepare(self, storage: RolloutStorage) -> None:
-        super().prepare(storage)
+    def prepare(self, storage: RolloutStorage) -> dict[str, float]:
+        stats = super().prepare(storage)
         if self.cpo.kl_penalty:
             self._leader_log_probs(storage)
         self._awac_advantage = self._awac_advantages(storage) if self.cpo.awac else None
+        return stats
 
     def advantage_groups(
         self, storage: RolloutStorage, planned: torch.Tensor | None, epochs: int

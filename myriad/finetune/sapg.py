@@ -27,7 +27,7 @@ from myriad.finetune.losses import (
 from myriad.finetune.rows import Rows, follower_rows, leader_rows, sampled_follower_part
 from myriad.nn.distributions import gaussian_kl
 from myriad.nn.population import Evaluation, PopulationActorCritic
-from myriad.rl.ppo import PPO, LossTerm, PPOConfig
+from myriad.rl.ppo import PPO, LossTerm, PPOConfig, RewardBonus
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.settings import at_least, check_fields, one_of, positive, setting
@@ -394,7 +394,6 @@ class SAPG(FinetuneAlgorithm):
             optimizer=optimizer,
         )
         self.set_entropy_coef(sapg_entropy_coefficients(model.num_members, self.sapg.entropy_scale))
-        self.prepare_stats: dict[str, float] = {}
 
     def set_share(self, share: RowShare | None) -> None:
         super().set_share(share)
@@ -423,19 +422,19 @@ class SAPG(FinetuneAlgorithm):
         )
         return rows.mean(kl)
 
-    def reward_bonus(self, storage: RolloutStorage) -> torch.Tensor | None:
-        """Rewards added to the task reward for the members' own returns, ``[T, E]`` (None:
-        nothing). The leader's off-policy targets always use the task reward alone."""
+    def reward_bonus(self, storage: RolloutStorage) -> RewardBonus | None:
+        """Rewards added to the task reward for the members' own returns (None: nothing). The
+        leader's off-policy targets always use the task reward alone."""
         return None
 
-    def prepare(self, storage: RolloutStorage) -> None:
+    def prepare(self, storage: RolloutStorage) -> dict[str, float]:
         """PPO's preparation (GAE on the rewards plus :meth:`reward_bonus`, value statistics),
         then the leader's one-step targets of every row, unless they are sampled."""
-        self.prepare_stats = {}
-        super().prepare(storage)
+        stats = super().prepare(storage)
         self.off_policy.targets = None
         if not self.samples_leader_targets(storage):
             self._store_leader_targets(storage)
+        return stats
 
     def samples_leader_targets(self, storage: RolloutStorage) -> bool:
         """Whether the leader's targets are computed for the sampled follower rows only
@@ -519,8 +518,3 @@ class SAPG(FinetuneAlgorithm):
         )
         ensure_field(storage, "leader_td_advantage").view(-1).copy_(advantage)
         ensure_field(storage, "leader_td_target").view(-1).copy_(target)
-
-    def update(self, storage: RolloutStorage, critic_only: bool = False) -> dict[str, float]:
-        stats = super().update(storage, critic_only)
-        stats.update(self.prepare_stats)
-        return stats

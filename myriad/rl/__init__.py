@@ -20,7 +20,7 @@ from myriad.rl.losses import (
     normalize_advantages,
 )
 from myriad.rl.on_policy import OnPolicyRunner
-from myriad.rl.ppo import PPO, LossTerm, PPOConfig
+from myriad.rl.ppo import PPO, LossTerm, PPOConfig, RewardBonus
 from myriad.rl.runner import RunnerBase, plain_config
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.checkpoint import ConfigMismatchError
@@ -34,6 +34,7 @@ __all__ = [
     "LossTerm",
     "OnPolicyRunner",
     "PPOConfig",
+    "RewardBonus",
     "RolloutCollector",
     "RolloutStorage",
     "RunnerBase",

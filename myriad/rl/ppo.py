@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -132,6 +132,18 @@ class PPOConfig:
         check_fields(self)
 
 
+class RewardBonus(NamedTuple):
+    """What an algorithm adds to the rewards before GAE (:meth:`PPO.reward_bonus`).
+
+    Attributes:
+        bonus: ``[T, E]`` added to the rollout's rewards.
+        stats: scalars about it, returned by :meth:`PPO.update` with the update's own.
+    """
+
+    bonus: torch.Tensor
+    stats: dict[str, float]
+
+
 class LossTerm(Protocol):
     """An extra loss term: ``(algorithm, batch, evaluation) -> (loss, stats)``.
 
@@ -215,14 +227,16 @@ class PPO:
 
     # ---------------------------------------------------------------- hooks
 
-    def reward_bonus(self, storage: RolloutStorage) -> torch.Tensor | None:
-        """Added to the rewards for GAE, ``[T, E]``; None (here): the rewards alone."""
+    def reward_bonus(self, storage: RolloutStorage) -> RewardBonus | None:
+        """Added to the rewards for GAE; None (here): the rewards alone."""
         return None
 
-    def prepare(self, storage: RolloutStorage) -> None:
+    def prepare(self, storage: RolloutStorage) -> dict[str, float]:
         """Before the epochs: GAE on the rewards plus :meth:`reward_bonus`, then
-        value-normaliser statistics from the new returns."""
-        cfg, bonus = self.config, self.reward_bonus(storage)
+        value-normaliser statistics from the new returns. Returns scalars that
+        :meth:`update` reports with its own (the bonus's)."""
+        cfg, extra = self.config, self.reward_bonus(storage)
+        bonus = None if extra is None else extra.bonus
         if bonus is None:
             storage.compute_returns(cfg.gamma, cfg.lam)
         else:
@@ -243,6 +257,7 @@ class PPO:
             # values back to the critics' outputs at collection, the centre of the value clip.
             self._behaviour_value_stats = (vn.mean.clone(), vn.std.clone())
             vn.update(storage.returns, storage.member.expand_as(storage.returns))
+        return {} if extra is None else dict(extra.stats)
 
     def plan_minibatches(self, storage: RolloutStorage, epochs: list[list[torch.Tensor]]) -> None:
         """After :meth:`prepare`, before the epochs: the rows every minibatch of this update
@@ -422,7 +437,7 @@ class PPO:
         share of each (:class:`~myriad.rl.row_share.RowShare`).
         """
         cfg = self.config
-        self.prepare(storage)
+        prepared = self.prepare(storage)
         member_major = cfg.member_major and storage.equal_counts
         epochs = [
             storage.minibatch_indices(cfg.minibatches, member_major, self.generator)
@@ -463,6 +478,7 @@ class PPO:
         keys = sorted(sums)
         means = (torch.stack([sums[k].float() for k in keys]) / count).tolist()
         result = dict(zip(keys, means))
+        result.update(prepared)
         result["lr"] = self.lr
         result["explained_variance"] = float(
             explained_variance(storage.values.flatten(), storage.returns.flatten())
