@@ -170,3 +170,18 @@ def test_config_docs_page_is_current() -> None:
     assert path.read_text() == page(), (
         "regenerate it: python -m myriad.tools.config_schema > docs/config.md"
     )
+
+
+def test_env_options_are_typed_by_the_env_class(capsys: pytest.CaptureFixture[str]) -> None:
+    """The env section's schema is its class's keyword parameters: wrong types are one line,
+    and ``myriad config --env`` lists them with the registered defaults."""
+    assert main(["pretrain", "+env.options.goal_radius=far", "iterations=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["myriad: error: env 'nav-maze' option goal_radius='far' must be a number"]
+    assert main(["config", "pretrain", "--env", "nav-maze"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["env.options.layout"].split()[1] == "maze"  # the registered default
+    assert "(a number)" in lines["env.options.max_speed"]
+    assert "time limit" in lines["env.options.max_episode_steps"]
+    assert main(["config", "pretrain", "--env", "nav-mazee"]) == 2
+    assert "Did you mean nav-maze" in capsys.readouterr().err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +112,50 @@ def entry(name: str) -> EnvEntry:
     return _REGISTRY[name]
 
 
+def option_hints(factory: Callable[..., VecEnv]) -> dict[str, Any]:
+    """The type annotations of an env factory's options (its keyword parameters): the env's
+    schema. Empty where they cannot be resolved."""
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    try:
+        return typing.get_type_hints(target)
+    except (NameError, TypeError):
+        return {}
+
+
+def check_option_types(name: str, factory: Callable[..., VecEnv], options: dict[str, Any]) -> None:
+    """Every option given has the type of the factory's parameter of that name.
+
+    Raises:
+        EnvOptionError: ``env 'nav-maze' option max_speed='fast' must be a number``.
+    """
+    from myriad.utils.settings import describe_type, value_fits
+
+    hints = option_hints(factory)
+    for key, value in options.items():
+        hint = hints.get(key)
+        if hint is not None and not value_fits(value, hint):
+            raise EnvOptionError(
+                f"env {name!r} option {key}={value!r} must be {describe_type(hint)}"
+            )
+
+
+def options_of(name: str) -> list[tuple[str, Any, Any]]:
+    """``(option, type annotation, default)`` of every option of env ``name``: the factory's
+    keyword parameters, defaults as registered (else the parameter's own)."""
+    e = entry(name)
+    factory = e.resolve()
+    hints = option_hints(factory)
+    out = []
+    for p in inspect.signature(factory).parameters.values():
+        if p.name in ("num_envs", "device") or p.kind is inspect.Parameter.VAR_KEYWORD:
+            continue
+        default = e.defaults.get(
+            p.name, None if p.default is inspect.Parameter.empty else p.default
+        )
+        out.append((p.name, hints.get(p.name, Any), default))
+    return out
+
+
 def make(
     name: str, num_envs: int = 1, device: torch.device | str = "cpu", **options: Any
 ) -> VecEnv:
@@ -144,6 +189,7 @@ def make(
             raise EnvOptionError(
                 f"env {name!r} does not accept option(s) {unknown}; accepted: {accepted}{hint}"
             )
+    check_option_types(name, factory, options)
     env = factory(num_envs=num_envs, device=device, **kwargs)
     env.name = name
     return env

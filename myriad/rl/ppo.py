@@ -118,7 +118,7 @@ class PPOConfig:
     min_lr: float = setting(1e-5, help="floor of the adaptive learning rate", check=positive())
     max_lr: float = setting(
         1e-3,
-        help="ceiling of the adaptive learning rate (finetuning starts from trained weights)",
+        help="ceiling of the adaptive learning rate",
         check=positive(),
     )
     adam_eps: float = setting(1e-8, help="Adam epsilon", check=positive())

@@ -26,8 +26,31 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         default="knn_reward",
         help="pretrain: knn_reward | mepol (default knn_reward)",
     )
+    p.add_argument(
+        "--env", help="also list this env's options (env.options.*), e.g. nav-maze (myriad envs)"
+    )
     p.add_argument("--markdown", action="store_true", help="a Markdown table")
     return p
+
+
+def env_rows(name: str) -> list[Any]:
+    """The options of env ``name`` as :class:`~myriad.utils.settings.SettingRow`: the keyword
+    parameters of its factory (their annotations are its schema, checked by
+    :func:`myriad.envs.registry.make`), with the registered defaults and the help of its
+    docstring's ``Args``."""
+    import inspect
+    import re
+
+    from myriad.envs.registry import entry, options_of
+    from myriad.utils.settings import SettingRow, describe_type
+
+    factory = entry(name).resolve()
+    doc = inspect.getdoc(factory) or ""
+    helps = dict(re.findall(r"^\s*(\w+):\s+(.+)$", doc.partition("Args:")[2], re.MULTILINE))
+    return [
+        SettingRow(f"env.options.{option}", describe_type(hint), default, "", helps.get(option, ""))
+        for option, hint, default in options_of(name)
+    ]
 
 
 def rows(kind: str, algo: str = "cpo", objective: str = "knn_reward") -> list[Any]:
@@ -46,10 +69,15 @@ def _value(value: Any) -> str:
 
 
 def render(
-    kind: str, algo: str = "cpo", objective: str = "knn_reward", markdown: bool = False
+    kind: str,
+    algo: str = "cpo",
+    objective: str = "knn_reward",
+    markdown: bool = False,
+    env: str | None = None,
 ) -> str:
-    """The schema of ``kind`` as aligned text or a Markdown table."""
-    table = rows(kind, algo, objective)
+    """The schema of ``kind`` (and of env ``env``'s options) as aligned text or a Markdown
+    table."""
+    table = rows(kind, algo, objective) + (env_rows(env) if env else [])
     if markdown:
         lines = ["| key | type | default | range | help |", "|---|---|---|---|---|"]
         for r in table:
@@ -70,7 +98,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> int:
 
     if rest:
         raise ConfigError(f"myriad config takes no overrides, got {' '.join(rest)}")
-    print(render(args.kind, args.algo, args.objective, args.markdown))
+    print(render(args.kind, args.algo, args.objective, args.markdown, args.env))
     return 0
 
 
@@ -89,8 +117,10 @@ same whatever else is typed: with CPO's KL set point on (the default, `algo.kl_t
 `algo.kl_preset`, `algo.kl_coef` and `algo.adversarial_coef` are the values the set point starts
 from; `algo.kl_target=null` selects fixed coefficients.
 
-The `env` and `task` sections are the env's options (docs/envs.md), and `distributed` the Ray
-settings (docs/distributed.md).
+The `env` section's options are the keyword parameters of the env's class, whose annotations are
+their schema: an option that is unknown or of the wrong type is refused in one line, and
+`myriad config pretrain --env nav-maze` lists them with the env's defaults and help (docs/envs.md).
+The `task` group sets env options; `distributed` holds the Ray settings (docs/distributed.md).
 """
 
 

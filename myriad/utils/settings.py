@@ -151,7 +151,7 @@ def describe(
         rows.append(
             SettingRow(
                 f"{prefix}{f.name}",
-                _describe(hints[f.name]),
+                describe_type(hints[f.name]),
                 values[f.name],
                 check.words if check is not None else "",
                 f.metadata.get("help", ""),
@@ -182,8 +182,8 @@ def check_values(
         if sub is not None and isinstance(value, Mapping):
             check_values(sub, value, name)
             continue
-        if not _fits(value, hints[key]):
-            raise ConfigError(f"{name}={value!r} must be {_describe(hints[key])}")
+        if not value_fits(value, hints[key]):
+            raise ConfigError(f"{name}={value!r} must be {describe_type(hints[key])}")
         check = checks[key]
         if check is not None and value is not None and not check.ok(value):
             raise ConfigError(f"{name}={value!r} {check.problem}: it must be {check.words}")
@@ -198,31 +198,32 @@ _WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a s
 _PLURALS = {bool: "true/false values", int: "integers", float: "numbers", str: "strings"}
 
 
-def _describe(hint: Any, plural: bool = False) -> str:
+def describe_type(hint: Any, plural: bool = False) -> str:
     """``hint`` in words, e.g. ``"a list of integers"``."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a, plural) for a in args)
+        return " or ".join(describe_type(a, plural) for a in args)
     if hint is type(None):
         return "null"
+    lists = "lists of" if plural else "a list of"
     if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-        return f"a list of {len(args)} {_describe(args[0], plural=True)}"
+        return f"{lists} {len(args)} {describe_type(args[0], plural=True)}"
     if origin in (tuple, list, typing.Sequence, abc.Sequence):
-        return f"a list of {_describe(args[0], plural=True)}" if args else "a list"
+        return f"{lists} {describe_type(args[0], plural=True)}" if args else lists.rstrip(" of")
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         return "mappings" if plural else "a mapping"
     words = _PLURALS if plural else _WORDS
     return words.get(hint, getattr(hint, "__name__", str(hint)))
 
 
-def _fits(value: Any, hint: Any) -> bool:
+def value_fits(value: Any, hint: Any) -> bool:
     """Whether ``value`` (as YAML or the command line gives it) can fill a field of type
     ``hint``; annotations it does not know accept anything (the dataclass checks them)."""
     if hint is Any:
         return True
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, a) for a in args)
+        return any(value_fits(value, a) for a in args)
     if hint is type(None):
         return value is None
     if hint is bool:
@@ -237,8 +238,8 @@ def _fits(value: Any, hint: Any) -> bool:
         if not isinstance(value, list | tuple):
             return False
         if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-            return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args))
-        return not args or all(_fits(v, args[0]) for v in value)
+            return len(value) == len(args) and all(value_fits(v, a) for v, a in zip(value, args))
+        return not args or all(value_fits(v, args[0]) for v in value)
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         return isinstance(value, Mapping)
     return True
