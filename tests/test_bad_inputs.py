@@ -97,6 +97,7 @@ PRETRAIN_OVERRIDES = [
     (["dataset.path=/tmp/elsewhere.hdf5"], "inside the run folder"),
     (["dataset.path=../../escape.hdf5"], "inside the run folder"),
     (["num_envs=33"], "does not split into population.size=2 equal blocks"),
+    (["+env.options.goal=[1,2,3]"], "option goal=[1, 2, 3] must be a list of 2 numbers or null"),
 ]
 
 
@@ -143,6 +144,12 @@ def test_bad_files_and_commands(world, tmp_path, capsys, monkeypatch):
         assert message in err, (args, err)
         assert snapshot(world) == before, args
         assert not (tmp_path / "runs").exists(), args
+
+
+def test_a_run_folder_that_cannot_be_created_is_one_line(capsys):
+    code, err = run_cli(["pretrain", *TINY, "--run-dir", "/proc/no/such/folder"], capsys)
+    assert_one_line_error(code, err)
+    assert "cannot create the run folder /proc/no/such/folder" in err
 
 
 def test_argparse_errors_are_one_line(capsys):

@@ -239,7 +239,13 @@ def claim_folder(path: Path, overwrite: bool = False) -> Path:
 
         with RunLock(path, "overwrite"):  # never the folder of a run in progress
             shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunFolderError(
+            f"cannot create the run folder {path}: {exc.strerror or exc}; choose a --run-dir "
+            "in a folder you can write to"
+        ) from exc
     return path
 
 
