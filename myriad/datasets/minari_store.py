@@ -70,12 +70,12 @@ def _partial(folder: Path) -> Path:
 def box_spaces(spec: DatasetSpec) -> tuple[gym.spaces.Box, gym.spaces.Box]:
     """Observation and action spaces of a dataset: the env's, when its metadata names a myriad
     env that can be built, else unbounded observations and actions in ``[-1, 1]``."""
-    name = spec.metadata.get("env")
-    if isinstance(name, str):
-        from myriad.envs import make
+    env_cfg = spec.env_config()
+    if env_cfg is not None:
+        from myriad.envs import make_from_config
 
         try:
-            env = make(name, 1, "cpu", **dict(spec.metadata.get("env_options") or {}))
+            env = make_from_config(env_cfg, 1, "cpu")
         except Exception:  # an env from a missing optional backend: fall back to plain boxes
             pass
         else:

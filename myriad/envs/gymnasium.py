@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -19,7 +20,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from myriad.envs.base import EpisodeStats, FeatureSpec, StepResult, VecEnv, validate_actions
-from myriad.envs.registry import register
+from myriad.envs.registry import EnvConfigError, UnknownEnvError, register
 from myriad.utils.tensors import resolve_device
 
 
@@ -139,15 +140,34 @@ def make_gymnasium(
     feature_low: Sequence[float] | None = None,
     feature_high: Sequence[float] | None = None,
     max_episode_steps: int | None = None,
+    coverage_cells: int | Sequence[int] | None = None,
     **env_kwargs: Any,
 ) -> GymnasiumVecEnv:
     """Build ``gymnasium.make_vec(env_id, num_envs, ...)`` with same-step auto-reset, wrapped.
 
     Args:
-        env_id: any registered Gymnasium id with Box spaces, e.g. ``"Ant-v5"``.
+        env_id: any registered Gymnasium id with flat Box spaces, e.g. ``"Hopper-v5"`` (ids
+            registered by a module imported first, ``env.module`` on the command line, too).
         vectorization_mode: ``"sync"`` (one process) or ``"async"`` (one process per env).
+        feature_indices: observation entries used as entropy features (None: all of them).
+        feature_low, feature_high: the features' bounds (None: the observation space's).
+        max_episode_steps: time limit (None: the one in the env's spec).
+        coverage_cells: coverage grid cells per feature (an int for all, or one per feature);
+            None: a grid when every feature bound is finite and there are at most 3 features
+            (:func:`auto_cells`), else no coverage; 0: no coverage.
         **env_kwargs: passed to the Gymnasium env constructor.
+
+    Raises:
+        UnknownEnvError: ``env_id`` is not registered with Gymnasium.
+        EnvConfigError: a feature index is outside the observation, the spaces are not flat
+            Boxes, the env has no time limit, or the coverage grid is unusable.
     """
+    spec = gymnasium_spec(env_id)
+    if max_episode_steps is None and spec.max_episode_steps is None:
+        raise EnvConfigError(
+            f"Gymnasium env {env_id!r} has no time limit in its spec: give one with "
+            "env.options.max_episode_steps=N (Python: max_episode_steps=N)"
+        )
     kwargs: dict[str, Any] = dict(env_kwargs)
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
@@ -158,9 +178,91 @@ def make_gymnasium(
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
         **kwargs,
     )
-    return GymnasiumVecEnv(
-        env, device, feature_indices, feature_low, feature_high, max_episode_steps
-    )
+    try:
+        _check_features(env_id, env.single_observation_space, feature_indices)
+        wrapped = GymnasiumVecEnv(
+            env, device, feature_indices, feature_low, feature_high, max_episode_steps
+        )
+        cells = _coverage_cells(env_id, wrapped.features, coverage_cells)
+    except ValueError as exc:
+        env.close()
+        if isinstance(exc, EnvConfigError):
+            raise
+        raise EnvConfigError(f"Gymnasium env {env_id!r}: {exc}") from exc
+    if cells:
+        wrapped.features = replace(wrapped.features, cells=cells)
+    return wrapped
+
+
+def gymnasium_spec(env_id: str) -> Any:
+    """``gymnasium.spec(env_id)``; an unknown id raises :class:`UnknownEnvError` with
+    Gymnasium's suggestion and how to register one."""
+    try:
+        return gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise UnknownEnvError(
+            f"unknown Gymnasium env id {env_id!r}: {exc} Give env.id=<a registered id> (see "
+            "gymnasium.pprint_registry()), or env.module=<your package> to import the module "
+            "that registers it"
+        ) from exc
+
+
+def _check_features(env_id: str, space: gym.Space, indices: Sequence[int] | None) -> None:
+    if indices is None or not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        return
+    size = int(space.shape[0])
+    bad = [i for i in indices if not isinstance(i, int) or not 0 <= i < size]
+    if not list(indices) or bad:
+        what = f"indices {bad} are" if bad else "an empty list is"
+        raise EnvConfigError(
+            f"entropy features of {env_id!r}: {what} not observation indices; its observation "
+            f"has {size} entries, give env.features=[i, ...] with each i in 0..{size - 1} "
+            "(or null for the whole observation)"
+        )
+    if len(set(indices)) != len(list(indices)):
+        raise EnvConfigError(
+            f"entropy features of {env_id!r}: {list(indices)} names an index twice; give each "
+            "observation index once"
+        )
+
+
+#: Most cells a coverage grid may have (its visited mask is kept per member).
+MAX_COVERAGE_CELLS = 1 << 20
+
+
+def auto_cells(features: FeatureSpec) -> tuple[int, ...]:
+    """The default coverage grid: 32 cells per feature for 1-2 features, 16 for 3, none for
+    more features or any infinite bound (coverage is then not reported)."""
+    bounded = all(np.isfinite(v) for v in (*features.low, *features.high))
+    if not bounded or features.dim > 3:
+        return ()
+    return (32 if features.dim <= 2 else 16,) * features.dim
+
+
+def _coverage_cells(
+    env_id: str, features: FeatureSpec, cells: int | Sequence[int] | None
+) -> tuple[int, ...]:
+    if cells is None:
+        return auto_cells(features)
+    per = (int(cells),) * features.dim if isinstance(cells, int) else tuple(int(c) for c in cells)
+    if per == (0,) * features.dim:
+        return ()
+    if len(per) != features.dim or min(per) < 1:
+        raise EnvConfigError(
+            f"coverage_cells of {env_id!r} must be 0, one int, or {features.dim} positive ints "
+            f"(one per feature), got {cells}"
+        )
+    if not all(np.isfinite(v) for v in (*features.low, *features.high)):
+        raise EnvConfigError(
+            f"coverage of {env_id!r} needs finite feature bounds, got low={features.low} "
+            f"high={features.high}: give env.options.feature_low=[...] and feature_high=[...]"
+        )
+    if int(np.prod(per)) > MAX_COVERAGE_CELLS:
+        raise EnvConfigError(
+            f"coverage_cells {list(per)} make {int(np.prod(per)):,} cells (at most "
+            f"{MAX_COVERAGE_CELLS:,}): use fewer cells or fewer features"
+        )
+    return per
 
 
 class VecEnvToGymnasium(gym.vector.VectorEnv):
@@ -221,7 +323,7 @@ class VecEnvToGymnasium(gym.vector.VectorEnv):
 register(
     "gymnasium",
     make_gymnasium,
-    description="any Gymnasium env via gymnasium.make_vec (option env_id=..., default Pendulum-v1)",
+    description="any Gymnasium env with Box spaces via gymnasium.make_vec (option env_id, "
+    "default Pendulum-v1; CLI: env=gymnasium env.id=...)",
     family="gymnasium",
-    feature_indices=(0, 1),
 )

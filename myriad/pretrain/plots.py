@@ -62,6 +62,7 @@ def coverage_map(
     if num_members <= 20:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9)
     if axis_kind == "feature" and features.shape[1] == 2:
+        spec = spec.with_data_bounds(features)  # features without declared bounds: their range
         ax.set_xlim(spec.low[0], spec.high[0])
         ax.set_ylim(spec.low[1], spec.high[1])
         ax.set_xlabel(spec.names[0])
@@ -80,16 +81,18 @@ def coverage_map(
 def entropy_curves(
     path: str | Path, history: Mapping[str, list[tuple[int, float]]], steps_per_iteration: int
 ) -> Path | None:
-    """Collective / individual entropy, diversity and coverage against environment steps."""
+    """Collective / individual entropy, diversity and coverage against environment steps (the
+    coverage panel only for envs with a coverage grid)."""
     panels = [
         ("entropy (nats)", ["entropy/collective", "entropy/individual_mean", "entropy/diversity"]),
         ("coverage", ["coverage/union", "coverage/member_mean", "coverage/cumulative_union"]),
     ]
-    if not any(k in history for _, keys in panels for k in keys):
+    panels = [(label, keys) for label, keys in panels if any(k in history for k in keys)]
+    if not panels:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, (ylabel, keys) in zip(axes, panels):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (ylabel, keys) in zip(axes[0], panels):
         for key in keys:
             if key not in history:
                 continue
