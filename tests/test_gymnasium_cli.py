@@ -136,3 +136,31 @@ def test_custom_env_needs_its_name_and_module(tmp_path, capsys):
     assert main(["pretrain", "env=custom", *TINY, "--run-dir", str(run)]) == 2
     err = capsys.readouterr().err
     assert "env=custom needs env.name=NAME" in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not available("minari"), reason="minari not installed (offline extra)")
+def test_minari_export_recovers_the_gymnasium_env(pendulum, tmp_path, monkeypatch):
+    """The export's env spec is Pendulum-v1's own, seen as myriad sees it: actions in [-1, 1]
+    rescaled onto its box, float32 observations; the same seed and action give the same step."""
+    import minari
+    import numpy as np
+    import torch
+
+    from myriad.envs import make
+
+    root = tmp_path / "minari"
+    args = ["export", str(pendulum), "--format", "minari", "--out", str(root)]
+    assert main([*args, "--dataset-id", "test/pendulum-v0"]) == 0
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    ds = minari.load_dataset("test/pendulum-v0")
+    env = ds.recover_environment()
+    assert env.spec.id == "Pendulum-v1" and env.spec.max_episode_steps == 200
+    assert env.action_space == ds.action_space and env.observation_space == ds.observation_space
+    reference = make("gymnasium", 1, env_id="Pendulum-v1")
+    obs, _ = env.reset(seed=4)
+    np.testing.assert_allclose(obs, reference.reset(seed=4)[0].numpy())
+    action = np.array([0.5], np.float32)
+    stepped, reward, *_ = env.step(action)
+    ref_obs, ref_reward, *_ = reference.step(torch.as_tensor(action)[None])
+    np.testing.assert_allclose(stepped, ref_obs[0].numpy(), rtol=1e-6, atol=1e-6)
+    assert reward == pytest.approx(float(ref_reward[0]), rel=1e-6)

@@ -327,3 +327,116 @@ register(
     "default Pendulum-v1; CLI: env=gymnasium env.id=...)",
     family="gymnasium",
 )
+
+
+class MyriadEnv(gym.Env):
+    """One myriad env as a single ``gymnasium.Env`` (NumPy in and out): the Gymnasium entry
+    point of myriad's own envs, so a Minari dataset's ``recover_environment()`` rebuilds them.
+
+    ``gymnasium.make(myriad_env_spec({"name": "nav-maze", "options": {...}}))`` builds it.
+    An episode that ends inside the wrapped env is reset there; ``step`` returns the episode's
+    final observation and the next :meth:`reset` starts a fresh one.
+
+    Args:
+        env: the registry name (``myriad envs``).
+        options: the env's options.
+        module: a module to import first (the one that registers ``env``).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012
+
+    def __init__(
+        self, env: str, options: dict[str, Any] | None = None, module: str | None = None
+    ) -> None:
+        from myriad.envs.registry import import_env_modules, make
+
+        import_env_modules(module)
+        self.venv = make(env, 1, "cpu", **dict(options or {}))
+        self.observation_space = self.venv.single_observation_space
+        self.action_space = self.venv.single_action_space
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is None:  # Gymnasium's np_random, seeded once, drives the unseeded resets
+            seed = int(self.np_random.integers(2**31))
+        obs = self.venv.reset(seed=seed)
+        return obs[0].numpy(), {"features": self.venv.current_features()[0].numpy()}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        act = torch.as_tensor(np.asarray(action, dtype=np.float32)).reshape(1, -1)
+        _, reward, terminated, truncated, info = self.venv.step(act)
+        return (
+            info["final_obs"][0].numpy(),
+            float(reward[0]),
+            bool(terminated[0]),
+            bool(truncated[0]),
+            {"features": info["features"][0].numpy()},
+        )
+
+    def close(self) -> None:
+        self.venv.close()
+
+
+#: Options of the ``gymnasium`` env that myriad reads (the others go to the env's constructor).
+_ADAPTER_OPTIONS = (
+    "env_id",
+    "vectorization_mode",
+    "feature_indices",
+    "feature_low",
+    "feature_high",
+    "coverage_cells",
+    "max_episode_steps",
+)
+
+
+def myriad_env_spec(env_cfg: dict[str, Any]) -> gym.envs.registration.EnvSpec:
+    """The ``gymnasium.envs.registration.EnvSpec`` that rebuilds the env of a run config
+    (``{"name", "options", "module"}``) as a single Gymnasium env acting as myriad's does.
+
+    - ``gymnasium``: the env's own spec (its kwargs, the run's time limit) with actions rescaled
+      from ``[-1, 1]`` (``RescaleAction``) and float32 observations (``DtypeObservation``),
+      myriad's view of it.
+    - any other env: :class:`MyriadEnv` (id ``myriad/<name>-v0``).
+
+    Raises:
+        UnknownEnvError: the env or the Gymnasium id is not registered.
+    """
+    from gymnasium.envs.registration import EnvSpec, WrapperSpec
+
+    from myriad.envs.registry import entry, import_env_modules, make
+
+    name = str(env_cfg["name"])
+    options = dict(env_cfg.get("options") or {})
+    module = env_cfg.get("module") or None
+    import_env_modules(module)
+    if name != "gymnasium":
+        entry(name)  # an unknown name fails here, not when the spec is used
+        limit = make(name, 1, "cpu", **options).max_episode_steps
+        return EnvSpec(
+            id=f"myriad/{name}-v0",
+            entry_point="myriad.envs.gymnasium:MyriadEnv",
+            max_episode_steps=limit,
+            kwargs={"env": name, "options": options, "module": module},
+            disable_env_checker=True,
+        )
+    env_id = str(options.get("env_id", "Pendulum-v1"))
+    spec = gymnasium_spec(env_id)
+    env_kwargs = {k: v for k, v in options.items() if k not in _ADAPTER_OPTIONS}
+    wrappers = (
+        WrapperSpec(
+            "RescaleAction",
+            "gymnasium.wrappers:RescaleAction",
+            {"min_action": -1.0, "max_action": 1.0},
+        ),
+        WrapperSpec(
+            "DtypeObservation", "gymnasium.wrappers:DtypeObservation", {"dtype": "float32"}
+        ),
+    )
+    return replace(
+        spec,
+        kwargs={**spec.kwargs, **env_kwargs},
+        max_episode_steps=options.get("max_episode_steps") or spec.max_episode_steps,
+        additional_wrappers=(*spec.additional_wrappers, *wrappers),
+    )

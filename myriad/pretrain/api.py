@@ -68,7 +68,8 @@ def pretrain(
     cfg = resolve_config(overrides, resume)
     summary, folder = train_in_folder(
         "pretrain",
-        str(cfg["env"]["name"]),
+        # runs/pretrain/<env>-<time>: a Gymnasium env's id rather than "gymnasium"
+        str(cfg["env"].get("id") or cfg["env"]["name"]).replace("/", "-"),
         cfg,
         PretrainRunner,
         resume=resume,
