@@ -115,6 +115,8 @@ class MinariWriter:
         root: Minari datasets folder (default :func:`default_root`).
         observation_space, action_space: default :func:`box_spaces`.
         flush_rows: whole episodes are handed to Minari in batches of about this many rows.
+        compact: rewrite the episodes contiguously (:func:`compact_episodes`); False keeps
+            Minari's chunked layout (benchmarks/minari_size.py compares the two).
 
     Appended rows are staged as segment files (:class:`RowSegments`) in the partial folder;
     :meth:`close` builds the Minari dataset from them with Minari's storage API, one batch of
@@ -129,6 +131,7 @@ class MinariWriter:
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
         flush_rows: int = CHUNK_ROWS,
+        compact: bool = True,
     ) -> None:
         require("minari", extra="offline")
         from minari.dataset.minari_dataset import parse_dataset_id
@@ -147,6 +150,7 @@ class MinariWriter:
         make_partial(self.tmp, "export")  # replaces only a folder an earlier export left
         self.spaces = (observation_space, action_space)
         self.flush_rows = int(flush_rows)
+        self.compact = bool(compact)
         self.segments = RowSegments(self.tmp / ".rows", spec)
 
     @property
@@ -178,7 +182,8 @@ class MinariWriter:
             # compaction holds a second copy until it replaces the first.
             check_free_space(self.root, 3 * self.segments.size_bytes + 2**20)
             self._build()
-            compact_episodes(self.tmp / "data" / "main_data.hdf5")
+            if self.compact:
+                compact_episodes(self.tmp / "data" / "main_data.hdf5")
         except OSError as exc:
             shutil.rmtree(self.tmp / "data", ignore_errors=True)
             raise DatasetWriteError(
