@@ -379,7 +379,9 @@ def info_text(info: dict[str, Any]) -> str:
         f"  rewards       {info['reward_range']}",
         "  feature ranges "
         + ", ".join(f"{k} [{lo:.3g}, {hi:.3g}]" for k, (lo, hi) in info["feature_ranges"].items()),
-        f"  measures      state-action: {settings.get('action_bins')} bins per action dim; "
+        f"  measures      over every row of the dataset (the whole run, not the final "
+        "population); state-action: "
+        f"{settings.get('action_bins')} bins per action dim; "
         f"entropy: k={settings.get('k')} on {settings.get('knn_samples'):,} sampled states"
         + (f"; goal {tuple(settings['goal'])}" if settings.get("goal") else ""),
         f"  union         {measures(info.get('union') or {'coverage': info['coverage_union']})}",
