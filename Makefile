@@ -5,11 +5,11 @@ BIN    := $(VENV)/bin
 # The CPU build of torch: a pinned version keeps pip from resolving a CUDA build on machines
 # without a GPU. Users with CUDA set TORCH_SPEC (for example TORCH_SPEC="torch") themselves.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,ray,warp,offline,viz,export,wandb
+EXTRAS ?= dev,ray,warp,offline,viz,export,wandb,docs
 comma  := ,
 STAMP  := $(VENV)/.myriad-installed-$(subst $(comma),-,$(EXTRAS))
 
-.PHONY: install install-gpu demo test lint bench gpu-check gpu-bundle clean
+.PHONY: install install-gpu demo test lint docs bench gpu-check gpu-bundle clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(MAKE) docs
 	$(BIN)/python -m pytest -n 2 -q tests
 
 # mypy type-checks the package with the settings in pyproject.toml ([tool.mypy]).
@@ -47,6 +48,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+
+# The API reference from the docstrings into site/ (mkdocs.yml), warnings as errors: a broken
+# docstring or reference fails the build. `$(BIN)/mkdocs serve` shows it while editing.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
 
 bench: $(STAMP)
 	$(BIN)/myriad bench envs
@@ -64,4 +70,4 @@ gpu-bundle:
 	PYTHON=$(PYTHON) bash scripts/gpu-bundle.sh
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache site

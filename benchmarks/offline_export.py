@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         "source": str(source),
         "rows": rows,
         "source_bytes": disk_size(source),
+        "source_mib": disk_size(source) / 2**20,
         "chunk_rows": args.chunk_rows,
         "formats": {},
     }
@@ -61,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": r.seconds,
                 "rows_per_s": r.rows / r.seconds,
                 "bytes": disk_size(r.path),
+                "mib": disk_size(r.path) / 2**20,
+                "ratio_to_source": disk_size(r.path) / disk_size(source),
             }
             rate = r.rows / r.seconds
             size = disk_size(r.path) / 2**20

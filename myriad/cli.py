@@ -31,10 +31,26 @@ from myriad.utils.commandline import ArgumentParser
 BENCHMARKS = {"envs": "myriad.bench.envs", "knn": "myriad.bench.knn", "gpu": "myriad.bench.gpu"}
 
 
+def _env_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``myriad envs --option``, the value read as YAML (``[0, 1]``, ``3``)."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"--option {text!r} is not KEY=VALUE: give e.g. --option env_id=Hopper-v5"
+        )
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise argparse.ArgumentTypeError(f"--option {text!r}: {exc}") from exc
+
+
 def _cmd_envs(args: argparse.Namespace) -> int:
-    from myriad.envs import make, names
+    from myriad.envs import import_env_modules, make, names
     from myriad.envs.registry import entry
 
+    import_env_modules(args.module)
     if args.action == "check":
         return _check_envs(args)
     from myriad.bench.common import print_table
@@ -43,7 +59,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     for name in names():
         e = entry(name)
         try:
-            env = make(name, 1, "cpu")
+            env = make(name, 1, "cpu", **dict(args.option))
         except Exception as exc:  # an env whose optional backend is missing is still listed
             rows.append([name, e.family, "-", "-", f"unavailable: {exc}".split("\n")[0], "-"])
             continue
@@ -73,7 +89,7 @@ def _check_envs(args: argparse.Namespace) -> int:
         return 2
     status = 0
     for name in targets:
-        env = make(name, args.num_envs, args.device)
+        env = make(name, args.num_envs, args.device, **dict(args.option))
         with env:
             report = run_checks(env, steps=args.steps, seed=args.seed)
         mark = "[green]ok[/green]" if report.ok else "[red]FAILED[/red]"
@@ -258,6 +274,20 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("--device", default="cpu")
     envs.add_argument("--steps", type=_positive_int, default=64)
     envs.add_argument("--seed", type=int, default=0)
+    envs.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        help="import this module first (it registers your envs); repeatable",
+    )
+    envs.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        type=_env_option,
+        metavar="KEY=VALUE",
+        help="an env option (YAML value), e.g. env_id=Hopper-v5; repeatable",
+    )
 
     from myriad.tools.sweep import add_run_options, config_help
 
@@ -372,7 +402,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from myriad.datasets.schema import CorruptDatasetError, IncompleteDatasetError
     from myriad.envs.base import ActionError
     from myriad.envs.layout import LayoutError
-    from myriad.envs.registry import EnvOptionError, UnknownEnvError
+    from myriad.envs.registry import EnvConfigError, EnvOptionError, UnknownEnvError
     from myriad.rl.runner import RunWriteError
     from myriad.utils.checkpoint import CheckpointError, ConfigMismatchError
     from myriad.utils.config import ConfigError
@@ -381,6 +411,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (
         UnknownEnvError,
         EnvOptionError,
+        EnvConfigError,
         LayoutError,
         ActionError,
         MissingDependencyError,

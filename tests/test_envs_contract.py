@@ -1,9 +1,11 @@
 """Every registered environment honours the VecEnv contract (the env checker)."""
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
-from myriad.envs import UnknownEnvError, make, names, register
+from myriad.envs import FeatureSpec, TensorVecEnv, UnknownEnvError, make, names, register
 from myriad.envs.checker import ContractError, check_env
 from myriad.envs.nav import PointNavEnv
 
@@ -97,3 +99,43 @@ def test_documented_spaces_and_time_limits_match_the_envs():
             env.close()
     for name, cells in nav_rows.items():
         assert make(name, 1).max_episode_steps == int(cells[1]), name
+
+
+class _Slider(TensorVecEnv):
+    """A point on a line that always starts at 0 (a deterministic start) and stays put under
+    zero actions, so its final and reset observations can be equal."""
+
+    def __init__(self, num_envs: int, device="cpu", reset_on_end: bool = True):
+        super().__init__(num_envs, device)
+        self.single_observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.single_action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.features = FeatureSpec(("x",), (-1.0,), (1.0,), (10,))
+        self.max_episode_steps = 6
+        self.reset_on_end = reset_on_end
+        self.x = torch.zeros(num_envs, device=self.device)
+
+    def reset(self, seed=None):
+        self.x.zero_()
+        return super().reset(seed)
+
+    def _reset_envs(self, mask):
+        if self.reset_on_end:
+            self.x = torch.where(mask, 0.0, self.x)
+
+    def _advance(self, actions):
+        self.x = (self.x + 0.1 * actions[:, 0]).clamp(-1.0, 1.0)
+        return self.x.abs(), torch.zeros_like(self.x, dtype=torch.bool)
+
+    def _observe(self):
+        return self.x[:, None].clone()
+
+    def _features(self):
+        return self.x[:, None].clone()
+
+
+def test_checker_accepts_a_deterministic_start():
+    """An env whose every episode starts in the same state (and stays there under zero
+    actions) is valid; one that never goes back to that start is caught."""
+    assert check_env(_Slider(4), steps=16).ok
+    with pytest.raises(ContractError, match="auto-reset"):
+        check_env(_Slider(4, reset_on_end=False), steps=16)

@@ -158,3 +158,16 @@ def test_logger_none_and_bad_value(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "logger='mlflow'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "b").exists()
+
+
+def test_plots_leave_out_scalars_that_were_always_zero(tmp_path):
+    """A pretraining run on an env without a task reward logs returns that are 0 throughout:
+    they get no panel (the title names them), and a group of such scalars no file."""
+    from myriad.utils.logging import ScalarLogger
+
+    logger = ScalarLogger(None)
+    for it in range(1, 4):
+        logger.log(it, {"episode/return": 0.0, "episode/length": 10.0 * it, "task/success": 0.0})
+    written = {p.name for p in logger.plot(tmp_path)}
+    assert written == {"episode.png"}
+    assert not (tmp_path / "task.png").exists()

@@ -368,3 +368,22 @@ def test_bad_video_settings_are_config_errors(tmp_path, video, match):
     with pytest.raises(ConfigError, match=match):
         TrainingVideos.from_config(cfg, tmp_path)
     assert TrainingVideos.from_config({**cfg, "video": {"every": 0}}, tmp_path) is None
+
+
+def test_goal_marker_has_no_members_colour():
+    """The goal is drawn as a dark target, so it is never mistaken for a member's point."""
+    import numpy as np
+
+    from myriad.envs import make
+    from myriad.utils.plotting import member_colors
+    from myriad.viz.painters import NavPainter, to_rgb255
+
+    env = make("nav-four-rooms", 2, task="sparse")
+    colors = member_colors(10)
+    painter = NavPainter(env, colors[:2])
+    gx, gy = env.goal_set.cpu().tolist()[0]
+    cy, cx = painter._pixel(np.array([[gx, gy]]))
+    centre = painter.background[int(cy[0]), int(cx[0])]
+    palette = {tuple(c) for c in to_rgb255(colors).tolist()}
+    assert tuple(centre.tolist()) not in palette
+    assert int(centre.max()) - int(centre.min()) < 10  # grey: no hue

@@ -33,13 +33,13 @@ if TYPE_CHECKING:
 def env_grid(spec: DatasetSpec) -> FeatureSpec | None:
     """The features (with their coverage grid) of the env named in the metadata, or None (no
     env, no grid, other feature names, env not buildable)."""
-    name = spec.metadata.get("env")
-    if not isinstance(name, str):
+    env_cfg = spec.env_config()
+    if env_cfg is None:
         return None
-    from myriad.envs import make
+    from myriad.envs import make_from_config
 
     try:
-        env = make(name, 1, "cpu", **dict(spec.metadata.get("env_options") or {}))
+        env = make_from_config(env_cfg, 1, "cpu")
     except Exception:  # an env from a missing optional backend: report without coverage
         return None
     with env:
@@ -379,7 +379,9 @@ def info_text(info: dict[str, Any]) -> str:
         f"  rewards       {info['reward_range']}",
         "  feature ranges "
         + ", ".join(f"{k} [{lo:.3g}, {hi:.3g}]" for k, (lo, hi) in info["feature_ranges"].items()),
-        f"  measures      state-action: {settings.get('action_bins')} bins per action dim; "
+        f"  measures      over every row of the dataset (the whole run, not the final "
+        "population); state-action: "
+        f"{settings.get('action_bins')} bins per action dim; "
         f"entropy: k={settings.get('k')} on {settings.get('knn_samples'):,} sampled states"
         + (f"; goal {tuple(settings['goal'])}" if settings.get("goal") else ""),
         f"  union         {measures(info.get('union') or {'coverage': info['coverage_union']})}",

@@ -3,15 +3,17 @@ them unchanged.
 
 A dataset with id ``namespace/name-v0`` under a datasets root (``MINARI_DATASETS_PATH``, by
 default ``~/.minari/datasets``) lives in ``<root>/namespace/name-v0/data/`` (``metadata.json`` and
-``main_data.hdf5``). Each of our episodes becomes one Minari episode:
+``main_data.hdf5``, its arrays stored contiguous: :func:`compact_episodes`). Each of our
+episodes becomes one Minari episode:
 
     observations [T + 1, O]   the episode's observations, then the last row's next observation
     actions [T, A], rewards [T], terminations [T] (our terminals), truncations [T] (our timeouts)
     infos/member [T] int32, infos/<feature> [T] float32: per step, like our rows (the state the
         action was taken in), so ``infos`` has ``T`` entries, not ``T + 1``
 
-``metadata.json`` carries Minari's keys (dataset id, spaces, totals, ...) and ours under
-``"myriad"`` (env, options, config, feature names).
+``metadata.json`` carries Minari's keys (dataset id, spaces, totals, the env's Gymnasium spec
+for ``recover_environment()``: :func:`env_spec`) and ours under ``"myriad"`` (env, options,
+config, feature names).
 
 Integrity: Minari's files carry no checksums, so ``myriad-digest.json`` beside ``data/`` holds a
 SHA-256 of every block of every file; :class:`MinariReader` checks them all before it reads.
@@ -70,12 +72,12 @@ def _partial(folder: Path) -> Path:
 def box_spaces(spec: DatasetSpec) -> tuple[gym.spaces.Box, gym.spaces.Box]:
     """Observation and action spaces of a dataset: the env's, when its metadata names a myriad
     env that can be built, else unbounded observations and actions in ``[-1, 1]``."""
-    name = spec.metadata.get("env")
-    if isinstance(name, str):
-        from myriad.envs import make
+    env_cfg = spec.env_config()
+    if env_cfg is not None:
+        from myriad.envs import make_from_config
 
         try:
-            env = make(name, 1, "cpu", **dict(spec.metadata.get("env_options") or {}))
+            env = make_from_config(env_cfg, 1, "cpu")
         except Exception:  # an env from a missing optional backend: fall back to plain boxes
             pass
         else:
@@ -88,6 +90,22 @@ def box_spaces(spec: DatasetSpec) -> tuple[gym.spaces.Box, gym.spaces.Box]:
     return obs, gym.spaces.Box(-1.0, 1.0, (spec.action_dim,), np.float32)
 
 
+def env_spec(spec: DatasetSpec) -> gym.envs.registration.EnvSpec | None:
+    """The Gymnasium spec that rebuilds the dataset's env (``recover_environment()``): the
+    env's own spec for ``gymnasium`` envs, myriad's entry point for the others
+    (:func:`myriad.envs.gymnasium.myriad_env_spec`); None when the metadata names no env or it
+    cannot be built here (a missing optional backend)."""
+    env_cfg = spec.env_config()
+    if env_cfg is None:
+        return None
+    from myriad.envs.gymnasium import myriad_env_spec
+
+    try:
+        return myriad_env_spec(env_cfg)
+    except Exception:  # recovering the env is optional: the dataset is written without it
+        return None
+
+
 class MinariWriter:
     """Append-only, crash-safe writer of a Minari dataset (a :class:`DatasetWriter`).
 
@@ -97,6 +115,8 @@ class MinariWriter:
         root: Minari datasets folder (default :func:`default_root`).
         observation_space, action_space: default :func:`box_spaces`.
         flush_rows: whole episodes are handed to Minari in batches of about this many rows.
+        compact: rewrite the episodes contiguously (:func:`compact_episodes`); False keeps
+            Minari's chunked layout (benchmarks/minari_size.py compares the two).
 
     Appended rows are staged as segment files (:class:`RowSegments`) in the partial folder;
     :meth:`close` builds the Minari dataset from them with Minari's storage API, one batch of
@@ -111,6 +131,7 @@ class MinariWriter:
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
         flush_rows: int = CHUNK_ROWS,
+        compact: bool = True,
     ) -> None:
         require("minari", extra="offline")
         from minari.dataset.minari_dataset import parse_dataset_id
@@ -129,6 +150,7 @@ class MinariWriter:
         make_partial(self.tmp, "export")  # replaces only a folder an earlier export left
         self.spaces = (observation_space, action_space)
         self.flush_rows = int(flush_rows)
+        self.compact = bool(compact)
         self.segments = RowSegments(self.tmp / ".rows", spec)
 
     @property
@@ -156,9 +178,12 @@ class MinariWriter:
         if not complete:
             return self.tmp
         try:
-            # Minari stores arrays uncompressed: about the staged size, plus metadata.
-            check_free_space(self.root, 2 * self.segments.size_bytes + 2**20)
+            # Minari stores arrays uncompressed: about the staged size, plus metadata; the
+            # compaction holds a second copy until it replaces the first.
+            check_free_space(self.root, 3 * self.segments.size_bytes + 2**20)
             self._build()
+            if self.compact:
+                compact_episodes(self.tmp / "data" / "main_data.hdf5")
         except OSError as exc:
             shutil.rmtree(self.tmp / "data", ignore_errors=True)
             raise DatasetWriteError(
@@ -181,6 +206,7 @@ class MinariWriter:
             self.tmp / "data",
             observation_space=self.spaces[0] or obs_space,
             action_space=self.spaces[1] or act_space,
+            env_spec=env_spec(self.spec),
             data_format="hdf5",
         )
         spec = self.spec
@@ -239,6 +265,30 @@ class MinariWriter:
             if not marker.exists():
                 marker.parent.mkdir(parents=True, exist_ok=True)
                 marker.write_text(json.dumps({}))
+
+
+def compact_episodes(path: Path) -> None:
+    """Rewrite Minari's ``main_data.hdf5`` with contiguous datasets, the same groups, arrays and
+    attributes, so ``minari.load_dataset`` reads it unchanged.
+
+    Minari writes each episode's arrays as chunked datasets, whose chunk index costs about
+    23 KB per episode: more than the rows themselves for episodes of a few hundred steps.
+    Contiguous datasets cost about 3 KB per episode (``benchmarks/minari_size.py``).
+    """
+    import h5py
+
+    def copy(src: h5py.Group, dst: h5py.Group) -> None:
+        dst.attrs.update(src.attrs)
+        for key, item in src.items():
+            if isinstance(item, h5py.Group):
+                copy(item, dst.create_group(key, track_order=True))
+            else:  # one episode's column: small, read whole
+                dst.create_dataset(key, data=item[()]).attrs.update(item.attrs)
+
+    tmp = path.with_name(f".{path.name}.compact")
+    with h5py.File(path, "r") as src, h5py.File(tmp, "w", track_order=True) as dst:
+        copy(src, dst)
+    os.replace(tmp, path)
 
 
 def _episodes(segments: RowSegments, spec: DatasetSpec) -> Iterator[Rows]:

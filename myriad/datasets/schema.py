@@ -75,6 +75,18 @@ class DatasetSpec:
         """Zero rows with the right shapes and dtypes."""
         return {k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in self.fields().items()}
 
+    def env_config(self) -> dict[str, Any] | None:
+        """The run-config ``env`` section of the env that collected the rows (name, options and
+        the module that registers it), or None when the metadata names no env."""
+        name = self.metadata.get("env")
+        if not isinstance(name, str):
+            return None
+        config = self.metadata.get("config")
+        saved = config.get("env") if isinstance(config, dict) else None
+        module = saved.get("module") if isinstance(saved, dict) else None
+        options = dict(self.metadata.get("env_options") or {})
+        return {"name": name, "options": options, "module": module}
+
 
 def row_fields(
     obs_dim: int, action_dim: int, num_features: int

@@ -129,6 +129,25 @@ class FeatureSpec:
             torch.tensor(self.high, dtype=torch.float32, device=device),
         )
 
+    @property
+    def bounded(self) -> bool:
+        """Whether every bound is finite (coverage and feature-space plots need bounds)."""
+        return bool(np.isfinite([*self.low, *self.high]).all())
+
+    def with_data_bounds(self, features: np.ndarray | torch.Tensor) -> FeatureSpec:
+        """This spec with each infinite bound replaced by the range of ``features [N, p]``
+        (widened where flat), for plots of features whose env declares no bounds."""
+        if self.bounded:
+            return self
+        x = np.asarray(features.cpu() if isinstance(features, torch.Tensor) else features)
+        x = x.reshape(-1, self.dim).astype(np.float64)
+        lo = x.min(axis=0) if len(x) else np.zeros(self.dim)
+        hi = x.max(axis=0) if len(x) else np.ones(self.dim)
+        pad = np.maximum(1e-3, 0.05 * (hi - lo))
+        low = [b if np.isfinite(b) else float(v) for b, v in zip(self.low, lo - pad)]
+        high = [b if np.isfinite(b) else float(v) for b, v in zip(self.high, hi + pad)]
+        return FeatureSpec(self.names, tuple(low), tuple(high), self.cells, self.reachable)
+
     def coverage(
         self,
         features: torch.Tensor,

@@ -128,13 +128,28 @@ def _check_time_limit(env: VecEnv) -> str:
 
 
 def _check_autoreset(env: VecEnv) -> str:
-    """After an episode ends, obs must be a fresh reset observation, not the final one."""
-    env.reset(seed=1)
-    zeros = torch.zeros(env.num_envs, env.action_dim, device=env.device)
+    """After an episode ends, obs must be a fresh start, not the final observation.
+
+    Random actions move the state away from the start. An env whose start does not depend on
+    the seed (a deterministic start, e.g. a fixed initial pose) must return exactly that start;
+    otherwise the new observation must differ from the final one.
+    """
+    gen = torch.Generator().manual_seed(1)
+    start = env.reset(seed=2).clone()
+    deterministic = bool(
+        torch.equal(start, env.reset(seed=1)) and torch.equal(start, start[:1].expand_as(start))
+    )
     for _ in range(env.max_episode_steps + 1):
-        obs, _, term, trunc, info = env.step(zeros)
+        obs, _, term, trunc, info = env.step(_random_actions(env, gen))
         done = term | trunc
         if done.any():
+            if deterministic:
+                if not torch.equal(obs[done], start[done]):
+                    return (
+                        "the start does not depend on the seed, but envs that ended did not "
+                        "return to it: auto-reset did not happen"
+                    )
+                return ""
             moved = (info["final_obs"][done] - obs[done]).abs().amax(dim=1) > 0
             if not moved.any():
                 return "envs that ended return obs equal to final_obs: auto-reset did not happen"

@@ -2,7 +2,11 @@
 
 Entries name a factory either as a callable or as a ``"module:attribute"`` string, so listing the
 registry never imports a heavy backend. Built-in families register themselves when their module is
-imported; :func:`make` and :func:`names` import them on first use.
+imported; :func:`make` and :func:`names` import them on first use. Envs of other packages register
+themselves when their module is imported: a run config names it as ``env.module``
+(:func:`import_env_modules`), so ``myriad pretrain env=custom env.name=my-env
+env.module=my_pkg.envs`` (myriad's registry) or ``env=gymnasium env.id=MyEnv-v0
+env.module=my_pkg.envs`` (Gymnasium's) reach them from the command line.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ BUILTIN_MODULES: tuple[str, ...] = (
 
 class EnvOptionError(TypeError):
     """An option the env does not accept; the message lists those it does."""
+
+
+class EnvConfigError(ValueError):
+    """The env cannot be built as configured (a feature index outside the observation, no time
+    limit, a module that does not import, ...); the message names the option and the fix."""
 
 
 class UnknownEnvError(KeyError):
@@ -195,6 +204,26 @@ def make(
     return env
 
 
+def import_env_modules(modules: str | list[str] | tuple[str, ...] | None) -> None:
+    """Import the module(s) that register envs (``env.module`` of a run config): their import
+    calls :func:`register` (myriad's registry) or ``gymnasium.register``.
+
+    Raises:
+        EnvConfigError: a module does not import (the message gives its error and the fix).
+    """
+    if not modules:
+        return
+    for module in [modules] if isinstance(modules, str) else list(modules):
+        try:
+            importlib.import_module(str(module))
+        except Exception as exc:  # any failure of the user's module is a config problem here
+            reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+            raise EnvConfigError(
+                f"env.module={module!r} does not import ({reason}): give the dotted name of an "
+                "importable module (install its package or add its folder to PYTHONPATH)"
+            ) from exc
+
+
 #: The package that runs envs in other processes or machines (it sits above the envs): imported
 #: on the first run config with a ``distributed`` entry, it installs its factory with
 #: :func:`set_distributed_factory`.
@@ -215,12 +244,20 @@ def make_from_config(
     device: torch.device | str = "cpu",
     distributed: dict[str, Any] | str | None = None,
 ) -> VecEnv:
-    """Build the env of a run config: ``env_cfg = {"name": ..., "options": {...}}``.
+    """Build the env of a run config: ``env_cfg = {"name": ..., "options": {...}}``, after
+    importing ``env_cfg["module"]`` (if any: the module that registers the env).
 
     With ``distributed`` (a ``configs/distributed`` preset name or its mapping), the envs run in
     Ray workers behind the same VecEnv interface (the learner computes the actions), built by
     the factory of :data:`DISTRIBUTED_MODULE`; otherwise locally with :func:`make`.
     """
+    missing = [k for k in ("name", "module") if env_cfg.get(k) == "???"]
+    if missing:  # env=custom leaves both to the user (Hydra's mandatory value)
+        raise EnvConfigError(
+            f"env {' and '.join(missing)} not given: env=custom needs env.name=NAME (the name "
+            "your module registers) and env.module=MODULE (the module that registers it)"
+        )
+    import_env_modules(env_cfg.get("module"))
     name, options = str(env_cfg["name"]), dict(env_cfg.get("options") or {})
     if distributed:
         if _distributed_factory is None:

@@ -68,7 +68,8 @@ def pretrain(
     cfg = resolve_config(overrides, resume)
     summary, folder = train_in_folder(
         "pretrain",
-        str(cfg["env"]["name"]),
+        # runs/pretrain/<env>-<time>: a Gymnasium env's id rather than "gymnasium"
+        str(cfg["env"].get("id") or cfg["env"]["name"]).replace("/", "-"),
         cfg,
         PretrainRunner,
         resume=resume,
@@ -85,14 +86,20 @@ def report(summary: dict[str, Any], folder: Path) -> None:
     rows = [
         ("env steps", f"{summary.get('env_steps', 0):,}"),
         ("wall time", f"{summary.get('wall_time_s', 0):.1f} s"),
-        (
-            "union coverage, all states visited",
-            f"{100 * summary.get('coverage/cumulative_union', 0):.1f}%",
-        ),
-        (
-            "union coverage, final population",
-            f"{100 * summary.get('eval_coverage_union', 0):.1f}%",
-        ),
+    ]
+    # Coverage only where the env has a grid (bounded features): never a misleading 0%.
+    if "coverage/cumulative_union" in summary:
+        rows.append(
+            (
+                "union coverage, all states visited",
+                f"{100 * summary['coverage/cumulative_union']:.1f}%",
+            )
+        )
+    if "eval_coverage_union" in summary:
+        rows.append(
+            ("union coverage, final population", f"{100 * summary['eval_coverage_union']:.1f}%")
+        )
+    rows += [
         (
             "collective entropy, final population",
             f"{summary.get('eval_entropy_collective', float('nan')):.3f} nats",

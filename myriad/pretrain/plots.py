@@ -29,8 +29,11 @@ def coverage_map(
         member: ``[N]`` member of each state.
         spec: the env's features (names, bounds).
         walls: ``[W, H]`` bool wall grid in feature coordinates (2-D layouts), drawn underneath.
-        coverage: per-member coverage fractions for the legend.
-        union_coverage: the population's coverage, shown in the title.
+        coverage: per-member coverage fractions of these states for the legend.
+        union_coverage: the population's coverage of these states, shown in the title.
+
+    The runner draws the final population's evaluation episodes, and the legend says so:
+    ``myriad dataset info`` measures every state of the run, so its figures are larger.
     """
     plt = pyplot()
     num_members = int(member.max()) + 1 if member.size else 1
@@ -60,8 +63,16 @@ def coverage_map(
             label += f"  ({100 * coverage[m]:.0f}%)"
         ax.scatter([], [], color=colors[m], s=30, label=label)
     if num_members <= 20:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=9)
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            frameon=False,
+            fontsize=9,
+            title="coverage, final population" if coverage is not None else None,
+            title_fontsize=8,
+        )
     if axis_kind == "feature" and features.shape[1] == 2:
+        spec = spec.with_data_bounds(features)  # features without declared bounds: their range
         ax.set_xlim(spec.low[0], spec.high[0])
         ax.set_ylim(spec.low[1], spec.high[1])
         ax.set_xlabel(spec.names[0])
@@ -72,7 +83,7 @@ def coverage_map(
         ax.set_ylabel(f"{axis_kind} 2")
     heading = title
     if union_coverage is not None:
-        heading += f"   union coverage {100 * union_coverage:.1f}%"
+        heading += f"\nfinal population: union coverage {100 * union_coverage:.1f}%"
     ax.set_title(heading.strip())
     return save_figure(fig, path, dpi=130)
 
@@ -80,16 +91,18 @@ def coverage_map(
 def entropy_curves(
     path: str | Path, history: Mapping[str, list[tuple[int, float]]], steps_per_iteration: int
 ) -> Path | None:
-    """Collective / individual entropy, diversity and coverage against environment steps."""
+    """Collective / individual entropy, diversity and coverage against environment steps (the
+    coverage panel only for envs with a coverage grid)."""
     panels = [
         ("entropy (nats)", ["entropy/collective", "entropy/individual_mean", "entropy/diversity"]),
         ("coverage", ["coverage/union", "coverage/member_mean", "coverage/cumulative_union"]),
     ]
-    if not any(k in history for _, keys in panels for k in keys):
+    panels = [(label, keys) for label, keys in panels if any(k in history for k in keys)]
+    if not panels:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, (ylabel, keys) in zip(axes, panels):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (ylabel, keys) in zip(axes[0], panels):
         for key in keys:
             if key not in history:
                 continue

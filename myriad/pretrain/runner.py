@@ -233,6 +233,7 @@ class PretrainRunner(OnPolicyRunner):
         if not self.plots:
             return result
         self.status(f"writing the coverage map and behaviour plots into {self.plots_dir}")
+        spec = spec.with_data_bounds(flat)  # plots need bounds: the data's where the env has none
         walls = getattr(self.env, "layout", None)
         coverage_map(
             self.plots_dir / "coverage_map.png",

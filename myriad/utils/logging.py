@@ -117,15 +117,22 @@ class ScalarLogger:
         self, directory: str | os.PathLike[str], prefixes: tuple[str, ...] | None = None
     ) -> list[Path]:
         """One PNG per scalar group (the part of the name before the first ``/``), each scalar
-        of the group in its own panel; returns the files written."""
+        of the group in its own panel; returns the files written.
+
+        A scalar that was 0 at every iteration (a task return of an env without a task
+        reward) gets no panel: the figure's title names it, and a group with nothing else
+        writes no file.
+        """
         from myriad.utils.plotting import pyplot, save_figure
 
         plt = pyplot()
         groups: dict[str, list[str]] = {}
+        zeros: dict[str, list[str]] = {}
         for name in sorted(self.history):
             group = name.split("/", 1)[0]
             if prefixes is None or group in prefixes:
-                groups.setdefault(group, []).append(name)
+                flat = all(v == 0 for _, v in self.history[name])
+                (zeros if flat else groups).setdefault(group, []).append(name)
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         written = []
@@ -141,6 +148,9 @@ class ScalarLogger:
                 ax.tick_params(labelsize=7)
             for ax in list(axes.flat)[len(names) :]:
                 ax.set_visible(False)
+            if group in zeros:
+                left_out = ", ".join(zeros[group])
+                fig.suptitle(f"always 0, not drawn: {left_out}", fontsize=7, wrap=True)
             name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', group)}.png"
             written.append(save_figure(fig, directory / name))
         return written

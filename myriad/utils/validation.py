@@ -18,7 +18,10 @@ from myriad.utils.config import ConfigError
 
 def _kind(value: Any) -> str | None:
     """The type class a value must keep: ``bool``, ``int``, ``number``, ``str``, ``list``,
-    ``mapping`` (None: no constraint, e.g. a null default)."""
+    ``mapping`` (None: no constraint, e.g. a null default or an interpolation such as
+    ``${..id}``, whose type is the one of the key it copies)."""
+    if isinstance(value, str) and value.startswith("${"):
+        return None
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):

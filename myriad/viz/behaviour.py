@@ -316,7 +316,7 @@ def behaviour_plots(
     Args:
         features: ``[N, p]`` (or ``[T, E, p]``) entropy features of visited states.
         member: ``[N]`` (or ``[T, E]``) the member of each state.
-        spec: the env's features (names, bounds).
+        spec: the env's features (names, bounds; an infinite bound is replaced by the data's).
         num_members: M (default: the largest member index + 1).
         title: figure titles (e.g. the env and run).
         seed: subsampling seed of the distance estimate.
@@ -325,6 +325,7 @@ def behaviour_plots(
 
     x = np.asarray(torch.as_tensor(features).detach().cpu(), dtype=np.float64).reshape(-1, spec.dim)
     who = np.asarray(torch.as_tensor(member).detach().cpu(), dtype=np.int64).reshape(-1)
+    spec = spec.with_data_bounds(x)  # features without declared bounds: scaled by their range
     m = int(num_members if num_members is not None else who.max() + 1)
     colors = member_colors(m)
     out = Path(plots_dir)

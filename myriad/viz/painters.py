@@ -36,7 +36,8 @@ NAV_FPS = 30.0
 _WALL = np.array([70, 70, 78], dtype=np.uint8)
 _FLOOR = np.array([250, 250, 250], dtype=np.uint8)
 _UNREACHABLE = np.array([215, 215, 215], dtype=np.uint8)
-_GOAL = np.array([60, 170, 90], dtype=np.uint8)
+#: The goal: a dark ring with a centre dot (a target), in no member's colour.
+_GOAL = np.array([40, 40, 40], dtype=np.uint8)
 _OUTLINE = np.array([30, 30, 30], dtype=np.uint8)
 
 
@@ -50,6 +51,15 @@ def _disc(radius: float) -> tuple[np.ndarray, np.ndarray]:
     r = math.ceil(radius)
     dy, dx = np.mgrid[-r : r + 1, -r : r + 1]
     inside = dy**2 + dx**2 <= radius**2
+    return dy[inside], dx[inside]
+
+
+def _ring(radius: float, width: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel offsets ``(dy [K], dx [K])`` of a circle's outline ``width`` pixels wide."""
+    r = math.ceil(radius)
+    dy, dx = np.mgrid[-r : r + 1, -r : r + 1]
+    d2 = dy**2 + dx**2
+    inside = (d2 <= radius**2) & (d2 > max(0.0, radius - width) ** 2)
     return dy[inside], dx[inside]
 
 
@@ -109,7 +119,10 @@ class NavPainter(Painter):
         image = np.pad(image, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
         self.size = (image.shape[0], image.shape[1])
         if getattr(env, "task", "none") != "none":
-            dy, dx = _disc(float(env.goal_radius) * px)
+            radius = float(env.goal_radius) * px
+            ring = _ring(radius, max(2.0, 0.15 * radius))
+            dot = _disc(max(1.0, 0.2 * radius))
+            dy, dx = np.concatenate([ring[0], dot[0]]), np.concatenate([ring[1], dot[1]])
             for gx, gy in env.goal_set.cpu().tolist():
                 cy, cx = self._pixel(np.array([[gx, gy]]))
                 rows = np.clip(cy + dy, 0, self.size[0] - 1)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from myriad.envs import make_from_config
+from myriad.envs import import_env_modules, make_from_config
 from myriad.envs.base import FeatureSpec
 from myriad.envs.registry import entry
 from myriad.nn.population import PopulationActorCritic
@@ -28,7 +28,9 @@ RECORD_SEED_OFFSET = 30_000
 
 
 def env_family(env_cfg: Mapping[str, Any]) -> str:
-    """The registry family of a run's env (``"nav"``, ``"mujoco"``, ...)."""
+    """The registry family of a run's env (``"nav"``, ``"mujoco"``, ...), after importing the
+    module that registers it (``env.module``)."""
+    import_env_modules(env_cfg.get("module"))
     return entry(str(env_cfg["name"])).family
 
 
