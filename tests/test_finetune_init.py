@@ -18,6 +18,7 @@ from myriad.finetune.init import (
     rank_members,
 )
 from myriad.utils.checkpoint import save_checkpoint
+from myriad.utils.migrations import LEGACY_POPULATION_KEYS, migrate_population
 
 POPULATION = {
     "size": 3,
@@ -61,17 +62,26 @@ def pretrained_run(tmp_path, env_cfg=EMPTY, population=POPULATION):
     """A run folder holding a checkpoint laid out like a pretraining run's."""
     env = make(env_cfg["name"], 1, "cpu", **env_cfg["options"])
     torch.manual_seed(0)
-    model = build_population(population, env.obs_dim, env.action_dim)
+    model = build_population(migrate_population(population), env.obs_dim, env.action_dim)
     with torch.no_grad():
         model.actor.head.weight.zero_()
         model.actor.head.bias.copy_(torch.tensor(ACTIONS[: population["size"]]))
         model.obs_norm.mean.fill_(0.25)
     run = tmp_path / "pretrain"
+    legacy = bool(set(population) & set(LEGACY_POPULATION_KEYS))
+    # A current run saves every field (value_stats among them); an older one its own keys.
+    saved = population if legacy else migrate_population(population)
     payload = {
-        "config": {"env": env_cfg, "population": population},
+        "config": {"env": env_cfg, "population": saved},
         "state": {"model": model.state_dict()},
     }
-    save_checkpoint(run / "checkpoints" / "iter_000002.pt", payload)
+    path = run / "checkpoints" / "iter_000002.pt"
+    if legacy:
+        # Written by a version whose population keys were not yet the field names: format 1.
+        path.parent.mkdir(parents=True)
+        torch.save({**payload, "format": 1}, path)
+    else:
+        save_checkpoint(path, payload)
     return run, model
 
 

@@ -4,6 +4,7 @@ the population layout check."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from myriad.nn import (
 )
 from myriad.nn.population import build_population, check_population, population_config
 from myriad.utils.config import ConfigError
+from myriad.utils.migrations import migrate_population
 
 OBS, ACT, M = 5, 3, 4
 
@@ -266,7 +268,7 @@ def test_population_config_is_built_from_its_fields_and_legacy_keys():
         "normalize_obs": False,
     }
     config = population_config(fields, OBS, ACT)
-    # A config without value_stats was saved before the key existed: one shared statistic.
+    # A config without value_stats gets the field's default.
     assert config == PopulationConfig(
         OBS,
         ACT,
@@ -277,14 +279,16 @@ def test_population_config_is_built_from_its_fields_and_legacy_keys():
         "tanh",
         init_log_std=-1.0,
         normalize_obs=False,
-        value_stats="shared",
+        value_stats="member",
     )
-    # Configs saved before the keys were the field names load to the same population.
-    assert population_config(LEGACY, OBS, ACT) == config
+    # Configs saved before the keys were the field names (and before value_stats, then one
+    # shared statistic) load, through the migrations, to the same population.
+    legacy = migrate_population(LEGACY)
+    assert population_config(legacy, OBS, ACT) == replace(config, value_stats="shared")
     torch.manual_seed(0)
-    a = build_population(LEGACY, OBS, ACT)
+    a = build_population(legacy, OBS, ACT)
     torch.manual_seed(0)
-    b = build_population(fields, OBS, ACT)
+    b = build_population({**fields, "value_stats": "shared"}, OBS, ACT)
     assert a.state_dict().keys() == b.state_dict().keys()
     for key, value in a.state_dict().items():
         assert torch.equal(value, b.state_dict()[key]), key
