@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from myriad.assess.evaluation import evaluate_members
 from myriad.envs import make_from_config
 from myriad.envs.base import VecEnv
-from myriad.finetune.evaluation import evaluate_members
 from myriad.nn.population import (
     ARCHITECTURE_FIELDS,
     PopulationActorCritic,

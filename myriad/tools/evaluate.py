@@ -2,7 +2,7 @@
 95% confidence intervals, printed and written as JSON.
 
 Every requested member plays ``episodes`` full episodes in fresh envs, all in one batched
-rollout (:func:`myriad.finetune.evaluation.rollout_members`: each env's first episode counts).
+rollout (:func:`myriad.assess.evaluation.rollout_members`: each env's first episode counts).
 Intervals: Student's t for the mean return and length (``mean +- t_{0.975, n-1} s / sqrt(n)``),
 Wilson's score interval for the success rate (it stays inside [0, 1] and is not empty at 0 or
 100% success, where the normal approximation collapses).
@@ -133,8 +133,8 @@ def evaluate_run(
     """
     import torch
 
+    from myriad.assess.evaluation import rollout_members
     from myriad.envs import make_from_config
-    from myriad.finetune.evaluation import rollout_members
     from myriad.rl.saved_population import load_population
     from myriad.utils.checkpoint import load_checkpoint
     from myriad.utils.config import ConfigError
