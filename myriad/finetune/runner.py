@@ -21,14 +21,14 @@ from myriad.envs.base import VecEnv
 from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.init import InitReport, initialise
-from myriad.finetune.plots import kl_heatmap, kl_setpoint, overview
-from myriad.finetune.route_plots import route_map
 from myriad.finetune.tracking import CollectorState, member_scalars
 from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings, whole_run
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.checkpoint import latest_checkpoint
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import stream_seed
+from myriad.viz.finetune_plots import kl_heatmap, kl_setpoint, overview
+from myriad.viz.route_plots import route_map
 from myriad.viz.runs import TrainingVideos, evaluation_behaviour_plots
 
 
