@@ -34,8 +34,7 @@ checkpoint.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from myriad.distributed.torchdist.group import RankGroup, check_sharding
@@ -54,6 +53,7 @@ from myriad.nn.population import block_members
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.config import ConfigError
+from myriad.utils.launch import RunRequest
 
 
 def check_finetune_launch(cfg: Mapping[str, Any], world_size: int) -> None:
@@ -161,22 +161,15 @@ class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
         return dict(self.ranks.broadcast_object(summary))
 
 
-def finetune_on_ranks(
-    algo: str | None = None,
-    overrides: Sequence[str] = (),
-    init: str | Path | None = None,
-    resume: str | Path | None = None,
-    run_dir: str | Path | None = None,
-    quiet: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """:func:`myriad.finetune.finetune` on this rank of a ``torchrun`` launch (same arguments
-    and result; rank 0 chooses the run folder and prints the report)."""
+def finetune_on_ranks(request: RunRequest) -> dict[str, Any]:
+    """:func:`myriad.finetune.finetune` on this rank of a ``torchrun`` launch (its arguments in
+    ``request``, the same result; rank 0 chooses the run folder and prints the report)."""
     from myriad.finetune.api import report, resolve_config
     from myriad.nn.population import check_population
 
     def configure(world_size: int) -> dict[str, Any]:
-        cfg = resolve_config(algo, overrides, init, resume)
+        r = request
+        cfg = resolve_config(r.algo, r.overrides, r.init, r.resume)
         check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
         check_finetune_launch(cfg, world_size)
         return cfg
@@ -186,12 +179,16 @@ def finetune_on_ranks(
         configure,
         lambda cfg: f"{cfg['algo']['name']}-{cfg['env']['name']}",
         ShardedFinetuneRunner,
-        resume=resume,
-        run_dir=run_dir,
-        overwrite=overwrite,
-        start=(lambda r: r.initialise(r.config["init"]["source"])) if init is not None else None,
+        resume=request.resume,
+        run_dir=request.run_dir,
+        overwrite=request.overwrite,
+        start=(
+            (lambda r: r.initialise(r.config["init"]["source"]))
+            if request.init is not None
+            else None
+        ),
     )
-    if ranks.is_writer and not quiet:
+    if ranks.is_writer and not request.quiet:
         report(summary, folder)
     ranks.close()
     return summary
