@@ -82,21 +82,15 @@ def check_finetune_launch(cfg: Mapping[str, Any], world_size: int) -> None:
 
 
 class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
-    """:class:`~myriad.finetune.runner.FinetuneRunner` on one rank of a launch.
+    """:class:`~myriad.finetune.runner.FinetuneRunner` on one rank of a launch (arguments:
+    :class:`~myriad.distributed.torchdist.runner.RankRunnerMixin`)."""
 
-    Args:
-        cfg: the run's resolved config (the same on every rank).
-        run_dir: the run folder (chosen by rank 0).
-        ranks: the process group.
-    """
+    check_launch = staticmethod(check_finetune_launch)
 
     def __init__(
         self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
     ) -> None:
-        check_finetune_launch(cfg, ranks.world_size)
-        self.ranks = ranks
-        super().__init__(cfg, run_dir)
-        self.setup_ranks()
+        super().__init__(cfg, run_dir, ranks)
         # Seeded alike, the replicas start equal; the broadcasts make sure of it (an env that
         # draws from the global generator while it is built draws per env, so per rank).
         broadcast_module_(self.model, ranks)

@@ -73,21 +73,15 @@ class _RowsSentToWriter:
 
 
 class ShardedPretrainRunner(RankRunnerMixin, PretrainRunner):
-    """:class:`~myriad.pretrain.runner.PretrainRunner` on one rank of a launch.
+    """:class:`~myriad.pretrain.runner.PretrainRunner` on one rank of a launch (arguments:
+    :class:`~myriad.distributed.torchdist.runner.RankRunnerMixin`)."""
 
-    Args:
-        cfg: the run's resolved config (the same on every rank).
-        run_dir: the run folder (chosen by rank 0).
-        ranks: the process group.
-    """
+    check_launch = staticmethod(check_launch)
 
     def __init__(
         self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
     ) -> None:
-        check_launch(cfg, ranks.world_size)
-        self.ranks = ranks
-        super().__init__(cfg, run_dir)
-        self.setup_ranks()
+        super().__init__(cfg, run_dir, ranks)
         cfg = self.config
         envs = ranks.env_shard(len(self.member), self.num_members)
         # Seeded alike, the replicas start equal; the broadcast makes sure of it (GPU inits).
