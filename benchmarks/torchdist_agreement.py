@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from myriad.bench.common import machine_info, print_table, write_json
+from myriad.bench.common import machine_info, print_table, torchrun_prefix, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The agreement runs are the test suite's tiny pretraining, read from the suite itself: the
@@ -41,12 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from conftest import TINY_PRETRAIN  # noqa: E402
 
 TINY = [*TINY_PRETRAIN, "plots=false"]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(run_dir: Path, overrides: list[str], ranks: int) -> dict[str, Any]:
@@ -58,17 +51,7 @@ def run(run_dir: Path, overrides: list[str], ranks: int) -> dict[str, Any]:
     if ranks == 1:
         command = [sys.executable, "-m", "myriad", *args]
     else:
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={ranks}",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-            "-m",
-            "myriad",
-            *args,
-        ]
+        command = [*torchrun_prefix(ranks), "-m", "myriad", *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from myriad.bench.common import machine_info, print_table, write_json
+from myriad.bench.common import machine_info, print_table, torchrun_prefix, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The config and its per-algorithm settings are the test's, read from the test file itself: its
@@ -45,29 +44,14 @@ from test_torchdist_finetune import AGREEMENT, AGREEMENT_ALGOS  # noqa: E402
 QUANTITIES = ("return_last3", "leader_return_last3", "eval_leader_return")
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(run_dir: Path, algo: str, overrides: list[str], ranks: int) -> dict[str, Any]:
     """One finetuning, in one process (``ranks == 1``) or over ``ranks`` torchrun ranks;
     returns its summary and per-iteration history."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     env.pop("WORLD_SIZE", None)
     args = ["finetune", "--algo", algo, "--run-dir", str(run_dir), *overrides]
-    launcher = ["-m"]
-    if ranks > 1:
-        launcher = [
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={ranks}",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-            "-m",
-        ]
-    command = [sys.executable, *launcher, "myriad", *args]
+    launcher = [*torchrun_prefix(ranks), "-m"] if ranks > 1 else [sys.executable, "-m"]
+    command = [*launcher, "myriad", *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")

@@ -26,7 +26,7 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torchdist_finetune_agreement import AGREEMENT, free_port  # noqa: E402
+from torchdist_finetune_agreement import AGREEMENT  # noqa: E402
 
 RANK_FLAG = "--rank"
 SIZE_KEYS = ("env=", "num_envs=", "population.", "iterations=")
@@ -115,19 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--out", default=str(RESULTS / "torchdist_finetune_bytes.json"))
     args = parser.parse_args(argv)
-    from myriad.bench.common import machine_info, write_json
+    from myriad.bench.common import machine_info, torchrun_prefix, write_json
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos:
             report = Path(tmp) / f"{algo}.json"
             command = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nproc_per_node=2",
-                "--master_addr=127.0.0.1",
-                f"--master_port={free_port()}",
+                *torchrun_prefix(2),
                 str(Path(__file__).resolve()),
                 RANK_FLAG,
                 algo,

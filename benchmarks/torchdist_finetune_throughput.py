@@ -42,7 +42,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # The agreement benchmark's launch helpers and settings (benchmarks/ is on the path of a script
 # run from it).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torchdist_finetune_agreement import AGREEMENT, free_port  # noqa: E402
+from torchdist_finetune_agreement import AGREEMENT  # noqa: E402
 
 #: The agreement settings that set the env and its size, replaced here.
 SIZE_KEYS = ("env=", "num_envs=", "population.", "iterations=")
@@ -61,6 +61,8 @@ def overrides(algo: str, num_envs: int, iterations: int) -> list[str]:
 
 
 def launch(algo: str, variant: str, run_dir: Path, args: list[str]) -> None:
+    from myriad.bench.common import torchrun_prefix
+
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
     env.pop("WORLD_SIZE", None)
     command = ["finetune", "--algo", algo, "--run-dir", str(run_dir), *args]
@@ -70,14 +72,7 @@ def launch(algo: str, variant: str, run_dir: Path, args: list[str]) -> None:
         argv = [sys.executable, *script, *command, f"torch_threads={threads}"]
     else:
         env["OMP_NUM_THREADS"] = "1"
-        torchrun = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}",
-        ]
+        torchrun = torchrun_prefix(2)
         if variant == "two_ranks_replicated":
             script.append(REPLICATED_FLAG)
         argv = [*torchrun, *script, *command]

@@ -9,6 +9,7 @@ import torch
 
 from myriad.distributed import (
     AdaptiveSync,
+    APSConfig,
     EnvWorker,
     LinearPolicy,
     as_dist_params,
@@ -138,6 +139,10 @@ def test_presets_load_and_unknown_keys_are_named():
     local, cluster = load_config("local"), load_config("cluster")
     assert local.ray.address is None and not local.ray.include_dashboard
     assert cluster.ray.address == "auto"
+    # The APS settings of the presets (for APSCollector.from_config), outside the preset files.
+    assert local.aps == APSConfig(delta=0.01, horizon=64, max_lag=None, kl_max_states=None)
+    assert cluster.aps == APSConfig(delta=0.01, horizon=128, max_lag=None, kl_max_states=4096)
+    assert load_config({"aps": {"horizon": 8}}).aps.horizon == 8
     assert load_config({"workers": {"num_workers": 4}}).workers.num_workers == 4
     with pytest.warns(UserWarning, match="APSCollector"):
         assert load_config({"mode": "worker"}) == load_config({})

@@ -19,11 +19,11 @@ from myriad.finetune.kl_setpoint import (
     KLSetpointController,
     fraction_in_band,
 )
-from myriad.finetune.plots import kl_setpoint
 from myriad.finetune.runner import FinetuneRunner
 from myriad.pretrain import pretrain
 from myriad.utils.checkpoint import load_checkpoint
 from myriad.utils.config import ConfigError
+from myriad.viz.finetune_plots import kl_setpoint
 
 CONFIG = KLSetpointConfig(
     eta=0.5,

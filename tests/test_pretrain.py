@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 from conftest import TINY_PRETRAIN
 
 from myriad.datasets import read_d4rl
@@ -161,6 +162,38 @@ def test_pretraining_runs_on_ray_workers_through_config(tmp_path):
         ray.shutdown()
     assert summary["env_steps"] == 2 * 16 * 64
     assert len(read_d4rl(summary["dataset"])["observations"]) == 2 * 16 * 64
+
+
+def test_run_on_ray_workers_with_the_aps_settings_of_earlier_versions_resumes(tmp_path):
+    """Run folders of earlier versions hold `distributed.aps`, which no command reads: such a
+    run resumes. (Without its dataset: resuming on Ray workers from a checkpoint written before
+    the run finished stops in the dataset's episode tracking, with or without the key.)"""
+    ray = pytest.importorskip("ray")
+    cfg = resolve_config(
+        [*TINY_PRETRAIN, "iterations=1", "distributed=local", "dataset.enabled=false"]
+    )
+    cfg["distributed"]["aps"] = {"delta": 0.01, "horizon": 64, "max_lag": None}
+    try:
+        runner = PretrainRunner(cfg, tmp_path / "old")
+        runner.learn(1)
+        runner.close()
+        runner.env.close()  # its workers hold the CPUs that the resumed run's workers need
+        summary = pretrain(["iterations=2"], resume=tmp_path / "old", quiet=True)
+    finally:
+        ray.shutdown()
+    assert summary["env_steps"] == 2 * 16 * 64
+    saved = yaml.safe_load((tmp_path / "old" / "config.yaml").read_text())
+    assert saved["distributed"]["aps"]["horizon"] == 64
+
+
+def test_distributed_presets_hold_only_what_the_commands_read():
+    """The commands run central inference: a run config's `distributed` section is where Ray
+    runs and the workers, and an `aps` override is refused (it would change nothing)."""
+    for preset in ("local", "cluster"):
+        cfg = resolve_config([*TINY_PRETRAIN, f"distributed={preset}"])
+        assert set(cfg["distributed"]) == {"ray", "workers"}
+    with pytest.raises(ConfigError, match="aps"):
+        resolve_config([*TINY_PRETRAIN, "distributed=local", "distributed.aps.delta=0.1"])
 
 
 def test_entropy_measurement_against_brute_force_per_member():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import myriad.nn.mlp as mlp_module
+import myriad.nn.chunked as chunking
 from myriad.nn.activations import ELU
 from myriad.nn.linear import Linear, batched_linear, linear
 from myriad.nn.mlp import MLP
@@ -77,7 +77,7 @@ def _mlp_pair(
     return MLP(*layers).double(), torch.nn.Sequential(*layers).double()
 
 
-def chunked_plan(activations: tuple[torch.nn.Module, ...], last: bool) -> mlp_module.Plan:
+def chunked_plan(activations: tuple[torch.nn.Module, ...], last: bool) -> chunking.Plan:
     plan = _mlp_pair(activations, last)[0]._plan()
     assert plan is not None
     return plan
@@ -104,8 +104,8 @@ def test_chunks_hold_one_l2_share_whatever_the_thread_count(
     plan = chunked_plan((torch.nn.ELU(), torch.nn.ELU()), True)
     width = max(max(lin.in_features, lin.out_features) for lin, _ in plan)
     for threads in (1, 2, 4):
-        monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda t=threads: t)
-        assert mlp_module._chunk_rows(plan) == mlp_module.CHUNK_BYTES // (4 * width)
+        monkeypatch.setattr(chunking.torch, "get_num_threads", lambda t=threads: t)
+        assert chunking._chunk_rows(plan) == chunking.CHUNK_BYTES // (4 * width)
 
 
 @pytest.fixture
@@ -123,16 +123,16 @@ def two_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_two_threads_run_two_single_threaded_streams(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)  # 16-row chunks
-    monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+    monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 7)  # 16-row chunks
+    monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
     seen: list[tuple[int, int, str, int]] = []
-    forward_rows = mlp_module._forward_rows
+    forward_rows = chunking._forward_rows
 
     def spy(plan, params, x, outs, start, stop, *head):  # type: ignore[no-untyped-def]
         seen.append((start, stop, threading.current_thread().name, torch.get_num_threads()))
         forward_rows(plan, params, x, outs, start, stop, *head)
 
-    monkeypatch.setattr(mlp_module, "_forward_rows", spy)
+    monkeypatch.setattr(chunking, "_forward_rows", spy)
     chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
     x = torch.randn(41, 5, dtype=torch.float64)
     torch.testing.assert_close(chunked(x), plain(x))
@@ -157,8 +157,8 @@ def test_two_threads_run_two_single_threaded_streams(
 def test_two_streams_give_the_sequential_values_and_gradients_reproducibly(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
-    monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+    monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 7)
+    monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
     chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
     x = torch.randn(75, 5, dtype=torch.float64, requires_grad=True)
     got = assert_same_values_and_gradients(chunked, plain, x)
@@ -170,25 +170,25 @@ def test_two_streams_give_the_sequential_values_and_gradients_reproducibly(
 def test_rows_too_few_for_two_streams_run_layer_by_layer(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+    monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
     chunked, plain = _mlp_pair((torch.nn.ELU(),), True)
     x = torch.randn(31, 5, dtype=torch.float64)  # one chunk, too few rows for two streams
-    assert mlp_module._streams(x) == 1
+    assert chunking._streams(x) == 1
     assert torch.equal(chunked(x), plain(x))
-    assert mlp_module._streams(torch.randn(32, 5)) == 2
+    assert chunking._streams(torch.randn(32, 5)) == 2
 
 
 def test_spinning_openmp_threads_split_each_op_instead(
     two_threads: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
+    monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
     x = torch.randn(64, 5)
-    assert mlp_module._streams(x) == 2
+    assert chunking._streams(x) == 2
     for policy in ("", "ACTIVE"):
         monkeypatch.setenv("OMP_WAIT_POLICY", policy)
-        assert mlp_module._streams(x) == 1
+        assert chunking._streams(x) == 1
     monkeypatch.delenv("OMP_WAIT_POLICY")
-    assert mlp_module._streams(x) == 1
+    assert chunking._streams(x) == 1
 
 
 def _evaluate(module: torch.nn.Module, x: torch.Tensor) -> np.ndarray:
@@ -199,10 +199,10 @@ def _evaluate(module: torch.nn.Module, x: torch.Tensor) -> np.ndarray:
 
 def test_a_forked_child_starts_its_own_workers(two_threads: None) -> None:
     chunked, plain = _mlp_pair((torch.nn.ELU(),), True)
-    x = torch.randn(mlp_module._chunk_rows(chunked._plan()) * 2 + 3, 5, dtype=torch.float64)
+    x = torch.randn(chunking._chunk_rows(chunked._plan()) * 2 + 3, 5, dtype=torch.float64)
     expected = plain(x)
     torch.testing.assert_close(chunked(x), expected)  # the parent's workers exist now
-    assert mlp_module._WORKERS
+    assert chunking._WORKERS
     context = multiprocessing.get_context("fork")
     with context.Pool(1) as pool:
         got = pool.apply(_evaluate, (chunked, x))
@@ -222,9 +222,9 @@ def test_chunked_mlp_matches_the_sequential_evaluation(
     activations: tuple[torch.nn.Module, ...], last: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Chunks of 16 rows (one thread): 40 rows take three chunks, the last one partial.
-    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
-    monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda: 1)
-    assert mlp_module._chunk_rows(chunked_plan(activations, last)) == 16
+    monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 7)
+    monkeypatch.setattr(chunking.torch, "get_num_threads", lambda: 1)
+    assert chunking._chunk_rows(chunked_plan(activations, last)) == 16
     chunked, plain = _mlp_pair(activations, last)
     assert list(chunked.state_dict()) == list(plain.state_dict())
     x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)
@@ -251,13 +251,13 @@ def test_member_heads_on_chunks_match_the_mlp_then_batched_linear(
     members: int, rows_per_member: int, streams: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # 16-row chunks: members' blocks start inside chunks (13, 7 rows) or span several (40).
-    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
+    monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 7)
     if streams:
         monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
-        monkeypatch.setattr(mlp_module, "MIN_STREAM_ROWS", 16)
-        monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda: 2)
+        monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
+        monkeypatch.setattr(chunking.torch, "get_num_threads", lambda: 2)
     else:
-        monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda: 1)
+        monkeypatch.setattr(chunking.torch, "get_num_threads", lambda: 1)
     trunk, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), False)
     gen = torch.Generator().manual_seed(members)
     n = members * rows_per_member
@@ -291,9 +291,9 @@ def test_bias_after_the_product_and_bias_gradients_by_product_give_the_same_numb
 ) -> None:
     # Every layer adds its bias after the product; with two (OpenMP) threads the bias
     # gradients are matrix-vector products with ones instead of column sums.
-    monkeypatch.setattr(mlp_module, "BIAS_AFTER_PRODUCT_MIN_IN", 1)
-    monkeypatch.setattr(mlp_module, "CHUNK_BYTES", 16 * 4 * 7)
-    monkeypatch.setattr(mlp_module.torch, "get_num_threads", lambda: threads)
+    monkeypatch.setattr(chunking, "BIAS_AFTER_PRODUCT_MIN_IN", 1)
+    monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 7)
+    monkeypatch.setattr(chunking.torch, "get_num_threads", lambda: threads)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
     x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)

@@ -11,18 +11,18 @@ import numpy as np
 import pytest
 import torch
 
-from myriad.envs import make
-from myriad.envs.layout import Layout, LayoutError
-from myriad.finetune.api import report, resolve_config
-from myriad.finetune.evaluation import PopulationEvaluator
-from myriad.finetune.runner import FinetuneRunner
-from myriad.finetune.solutions import (
+from myriad.assess.evaluation import PopulationEvaluator
+from myriad.assess.solutions import (
     RegionMap,
     blocked_layout,
     distinct_solutions,
     exclusive_regions,
     layout_regions,
 )
+from myriad.envs import make
+from myriad.envs.layout import Layout, LayoutError
+from myriad.finetune.api import report, resolve_config
+from myriad.finetune.runner import FinetuneRunner
 from myriad.nn.population import build_population
 from myriad.utils.config import ConfigError
 

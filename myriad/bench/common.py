@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -62,3 +64,23 @@ def print_table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
             *[escape(f"{v:,.0f}" if isinstance(v, float) and v >= 100 else str(v)) for v in row]
         )
     Console().print(table)
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback now (for a launch's rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun_prefix(ranks: int) -> list[str]:
+    """``python -m torch.distributed.run`` launching ``ranks`` ranks on this machine, meeting on
+    a free loopback port; the script (or ``-m module``) and its arguments follow."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={ranks}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+    ]

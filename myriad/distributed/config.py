@@ -4,6 +4,12 @@ Two presets ship in ``myriad/configs/distributed``: ``local`` (Ray started insid
 process on this machine) and ``cluster`` (connect to a running cluster, ``address: auto``).
 :func:`load_config` reads a preset by name, a YAML path, or a mapping (for example the
 ``distributed`` node of a Hydra config).
+
+The preset files are the commands' ``distributed`` group and hold what the commands read (``ray``
+and ``workers``): ``myriad pretrain`` and ``myriad finetune`` run central inference, which has no
+APS. The ``aps`` settings of each preset, for :class:`myriad.distributed.APSCollector` in your
+own loop, are :data:`APS_PRESETS`; a YAML file or mapping may still carry an ``aps`` section
+(run folders of earlier versions do).
 """
 
 from __future__ import annotations
@@ -86,6 +92,13 @@ class APSConfig:
     kl_max_states: int | None = None
 
 
+#: The APS settings of each preset (:func:`load_config` adds them to the preset's file).
+APS_PRESETS: dict[str, APSConfig] = {
+    "local": APSConfig(delta=0.01, horizon=64, max_lag=None, kl_max_states=None),
+    "cluster": APSConfig(delta=0.01, horizon=128, max_lag=None, kl_max_states=4096),
+}
+
+
 @dataclass
 class DistributedConfig:
     """Everything :class:`myriad.distributed.RemoteVecEnv` and the APS collector need.
@@ -154,10 +167,10 @@ def load_config(source: str | Path | Mapping[str, Any] = "local") -> Distributed
                 f"no distributed preset {str(source)!r}; presets: {preset_names()} "
                 "(or pass a path to a YAML file)"
             )
-        text = preset.read_text()
-    else:
-        text = path.read_text()
-    return DistributedConfig.from_dict(yaml.safe_load(text) or {})
+        data = dict(yaml.safe_load(preset.read_text()) or {})
+        data.setdefault("aps", asdict(APS_PRESETS.get(str(source), APSConfig())))
+        return DistributedConfig.from_dict(data)
+    return DistributedConfig.from_dict(yaml.safe_load(path.read_text()) or {})
 
 
 def init_ray(config: RayConfig | None = None) -> bool:

@@ -3,9 +3,7 @@ population, train, evaluate the leader, report where the results are."""
 
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +13,12 @@ from myriad.finetune.settings import check_finetune_config, note_coupling_mode
 from myriad.nn.population import check_population
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import ConfigError, compose, resumed_config
+from myriad.utils.launch import RankLauncher, RunRequest, on_torchrun_rank
 from myriad.utils.logging import print_report
 
-#: The package that runs finetuning on the ranks of a ``torchrun`` launch. It sits above
-#: finetuning (it extends the runner), so it is imported by name on the first launch and
-#: installs its entry point with :func:`set_rank_launcher`.
-RANKS_MODULE = "myriad.distributed.torchdist"
-_rank_launcher: Callable[..., dict[str, Any]] | None = None
-
-
-def set_rank_launcher(launcher: Callable[..., dict[str, Any]]) -> None:
-    """Install what :func:`finetune` runs on a rank of a ``torchrun`` launch:
-    ``launcher(algo, overrides, init, resume, run_dir, quiet, overwrite) -> summary``."""
-    global _rank_launcher
-    _rank_launcher = launcher
+#: What :func:`finetune` runs on a rank of a ``torchrun`` launch (installed by
+#: :mod:`myriad.distributed.torchdist`).
+RANKS = RankLauncher()
 
 
 def _algo_override(overrides: Sequence[str]) -> str | None:
@@ -107,12 +97,8 @@ def finetune(
     """
     from myriad.finetune.runner import FinetuneRunner
 
-    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # a rank of a torchrun launch
-        if _rank_launcher is None:
-            importlib.import_module(RANKS_MODULE)  # installs its launcher
-        if _rank_launcher is None:
-            raise RuntimeError(f"{RANKS_MODULE} did not install a rank launcher")
-        return _rank_launcher(algo, overrides, init, resume, run_dir, quiet, overwrite)
+    if on_torchrun_rank():
+        return RANKS(RunRequest(overrides, resume, run_dir, quiet, overwrite, algo, init))
     cfg = resolve_config(algo, overrides, init, resume)
     check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
     summary, folder = train_in_folder(

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from myriad.assess.evaluation import rollout_members
 from myriad.envs import make_from_config
 from myriad.envs.base import VecEnv
-from myriad.finetune.evaluation import evaluate_members
 from myriad.nn.population import (
     ARCHITECTURE_FIELDS,
     PopulationActorCritic,
@@ -194,14 +194,11 @@ def initialise(
     diff = model.compatibility(pre.model)
     if diff:
         raise InitError(f"cannot initialise from {pre.path}:\n  " + "\n  ".join(diff))
-    scores = evaluate_members(
-        pre.model,
-        make_env,
-        list(range(pre.model.num_members)),
-        episodes,
-        deterministic=deterministic,
-        seed=seed,
+    size = pre.model.num_members
+    batch = rollout_members(
+        pre.model, make_env, list(range(size)), episodes, deterministic=deterministic, seed=seed
     )
+    scores = batch.scores(size)
     fault_point("init.ranked")  # a kill here must be continued by --resume RUN
     ranking = rank_members(scores.success, scores.returns)
     mapping = member_mapping(ranking, model.num_members)

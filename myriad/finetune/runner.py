@@ -2,7 +2,7 @@
 
 Each iteration collects ``T`` steps of every env, lets the algorithm update the population from
 that one shared rollout, then logs the update's stats, per-member returns and success rates, the
-KL diagnostics (:mod:`myriad.finetune.diagnostics`) and, every ``eval.every`` iterations, the
+KL diagnostics (:mod:`myriad.assess.diagnostics`) and, every ``eval.every`` iterations, the
 leader's deterministic success on fresh envs. The runner base owns the loop, checkpoints, exact
 resume, TensorBoard, the progress bar and the per-group plots; :meth:`FinetuneRunner.finish`
 adds the final evaluation, the KL heatmap and the overview figure.
@@ -14,21 +14,21 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from myriad.assess.diagnostics import Diagnostics
+from myriad.assess.evaluation import PopulationEvaluation, PopulationEvaluator
 from myriad.envs import make
 from myriad.envs.base import VecEnv
 from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.base import FinetuneAlgorithm
-from myriad.finetune.diagnostics import Diagnostics
-from myriad.finetune.evaluation import PopulationEvaluation, PopulationEvaluator
 from myriad.finetune.init import InitReport, initialise
-from myriad.finetune.plots import kl_heatmap, kl_setpoint, overview
-from myriad.finetune.route_plots import route_map
 from myriad.finetune.tracking import member_scalars
 from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings, whole_run
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.checkpoint import latest_checkpoint
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import stream_seed
+from myriad.viz.finetune_plots import kl_heatmap, kl_setpoint, overview
+from myriad.viz.route_plots import route_map
 from myriad.viz.runs import TrainingVideos, evaluation_behaviour_plots
 
 

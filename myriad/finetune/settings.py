@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from myriad.assess.evaluation import PERTURBATIONS
 from myriad.finetune.algorithms import ALGORITHMS, check_algorithm
-from myriad.finetune.evaluation import PERTURBATIONS
 from myriad.nn.population import PopulationConfig
 from myriad.rl.ppo import PPOConfig
 from myriad.utils.config import ConfigError

@@ -1,7 +1,7 @@
 """Whether a forward pass is being traced or exported rather than run.
 
 The fast paths of :mod:`myriad.nn` (the ELU through ``exp``, the oriented products of
-:mod:`myriad.nn.linear`, the chunked MLP of :mod:`myriad.nn.mlp`) are custom autograd functions
+:mod:`myriad.nn.linear`, the chunked MLP of :mod:`myriad.nn.chunked`) are custom autograd functions
 and in-place ops with ``out=`` tensors, which ``torch.jit.trace``, ``torch.jit.script`` and
 TorchScript-based ONNX export cannot record. While one of them (or ``torch.export`` /
 ``torch.compile``, which the current ONNX exporter runs) records a graph, those modules compute

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from myriad.pretrain.settings import check_pretrain_config
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import compose, resumed_config
+from myriad.utils.launch import RankLauncher, RunRequest, on_torchrun_rank
 from myriad.utils.logging import print_report
 
-#: The package that runs pretraining on the ranks of a ``torchrun`` launch. It sits above
-#: pretraining (it extends the runner), so it is imported by name on the first launch and
-#: installs its entry point with :func:`set_rank_launcher`.
-RANKS_MODULE = "myriad.distributed.torchdist"
-_rank_launcher: Callable[..., dict[str, Any]] | None = None
-
-
-def set_rank_launcher(launcher: Callable[..., dict[str, Any]]) -> None:
-    """Install what :func:`pretrain` runs on a rank of a ``torchrun`` launch:
-    ``launcher(overrides, resume, run_dir, quiet, overwrite) -> summary``."""
-    global _rank_launcher
-    _rank_launcher = launcher
+#: What :func:`pretrain` runs on a rank of a ``torchrun`` launch (installed by
+#: :mod:`myriad.distributed.torchdist`).
+RANKS = RankLauncher()
 
 
 def resolve_config(
@@ -59,12 +49,8 @@ def pretrain(
     """
     from myriad.pretrain.runner import PretrainRunner
 
-    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # a rank of a torchrun launch
-        if _rank_launcher is None:
-            importlib.import_module(RANKS_MODULE)  # installs its launcher
-        if _rank_launcher is None:
-            raise RuntimeError(f"{RANKS_MODULE} did not install a rank launcher")
-        return _rank_launcher(overrides, resume, run_dir, quiet, overwrite)
+    if on_torchrun_rank():
+        return RANKS(RunRequest(overrides, resume, run_dir, quiet, overwrite))
     cfg = resolve_config(overrides, resume)
     summary, folder = train_in_folder(
         "pretrain",

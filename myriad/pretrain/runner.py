@@ -19,11 +19,11 @@ from myriad.datasets.recorder import DatasetRecorder, dataset_location, dataset_
 from myriad.entropy import CoverageTracker
 from myriad.envs import make
 from myriad.pretrain.objectives import EntropyMeasurement, build_objective
-from myriad.pretrain.plots import coverage_map, entropy_curves
 from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings, whole_run
 from myriad.rl.ppo import PPO, ppo_config
 from myriad.utils.faults import fault_point
 from myriad.utils.seeding import make_generator, stream_seed
+from myriad.viz.pretrain_plots import coverage_map, entropy_curves
 from myriad.viz.runs import TrainingVideos, run_behaviour_plots
 
 

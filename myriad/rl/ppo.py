@@ -16,18 +16,8 @@ from typing import Any, NamedTuple, Protocol
 import torch
 
 from myriad.nn.population import Evaluation, PopulationActorCritic
+from myriad.rl import losses
 from myriad.rl.gae import compute_gae
-from myriad.rl.losses import (
-    adaptive_lr,
-    approx_kl,
-    clip_fraction,
-    clipped_surrogate,
-    clipped_value_loss,
-    entropy_bonus,
-    exact_gaussian_kl,
-    explained_variance,
-    normalize_advantages,
-)
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.settings import (
@@ -286,7 +276,7 @@ class PPO:
         if self.share is not None:
             return self._shared_normalization(batch, mode == "member")
         member = batch.member if mode == "member" else None
-        return normalize_advantages(
+        return losses.normalize_advantages(
             batch.advantages, member, batch.num_members, blocked=batch.blocked
         )
 
@@ -346,7 +336,7 @@ class PPO:
         critics' outputs at collection (:meth:`_behaviour_value_scale`), so it bounds how far
         this update moves each output, as without value normalisation.
         """
-        return clipped_value_loss(
+        return losses.clipped_value_loss(
             self._value_scale(evaluation.value, batch.member),
             self._behaviour_value_scale(batch.values, batch.member),
             self._value_scale(batch.returns, batch.member),
@@ -359,19 +349,19 @@ class PPO:
         """Clipped surrogate + value loss - entropy bonus on one minibatch."""
         cfg = self.config
         clip = self.clip_range(batch)
-        surrogate = clipped_surrogate(
+        surrogate = losses.clipped_surrogate(
             evaluation.log_prob, batch.log_probs, self.advantages(batch), clip
         ).mean()
         value_loss = self.value_loss(batch, evaluation)
-        bonus = entropy_bonus(evaluation.entropy, batch.member, self.entropy_coef)
+        bonus = losses.entropy_bonus(evaluation.entropy, batch.member, self.entropy_coef)
         loss = surrogate + cfg.value_coef * value_loss - bonus
         with torch.no_grad():
             stats = {
                 "policy_loss": surrogate.detach(),
                 "value_loss": value_loss.detach(),
                 "entropy": evaluation.entropy.mean(),
-                "approx_kl": approx_kl(evaluation.log_prob, batch.log_probs),
-                "clip_fraction": clip_fraction(evaluation.log_prob, batch.log_probs, clip),
+                "approx_kl": losses.approx_kl(evaluation.log_prob, batch.log_probs),
+                "clip_fraction": losses.clip_fraction(evaluation.log_prob, batch.log_probs, clip),
             }
             stats["kl"] = self.schedule_kl(batch, evaluation, stats["approx_kl"])
         return loss, stats
@@ -388,7 +378,7 @@ class PPO:
             and batch.means is not None
             and batch.log_stds is not None
         ):
-            return exact_gaussian_kl(
+            return losses.exact_gaussian_kl(
                 batch.means, batch.log_stds, evaluation.mean, evaluation.log_std
             )
         return approx
@@ -459,7 +449,7 @@ class PPO:
                     self.grad_sync(stats)  # ranks average gradients and stats (so the KL below)
                 if cfg.desired_kl is not None and cfg.schedule == "adaptive" and not critic_only:
                     self.set_lr(
-                        adaptive_lr(
+                        losses.adaptive_lr(
                             self.lr,
                             float(stats["kl"]),
                             cfg.desired_kl,
@@ -481,7 +471,7 @@ class PPO:
         result.update(prepared)
         result["lr"] = self.lr
         result["explained_variance"] = float(
-            explained_variance(storage.values.flatten(), storage.returns.flatten())
+            losses.explained_variance(storage.values.flatten(), storage.returns.flatten())
         )
         self.finish(storage)
         return result

@@ -154,7 +154,7 @@ def export_policy(
     """
     import myriad
     from myriad.rl.saved_population import load_population
-    from myriad.tools.evaluate import default_output, saved_leader
+    from myriad.tools.evaluate import default_output, member_indices, saved_leader
     from myriad.utils.checkpoint import atomic_write_text, load_checkpoint
     from myriad.utils.config import ConfigError
 
@@ -169,13 +169,9 @@ def export_policy(
     elif members == "leader":
         chosen = [leader if leader is not None else 0]
     else:
-        chosen = [int(m) for m in members]
-        bad = [m for m in chosen if not 0 <= m < size]
-        if bad:
-            raise ConfigError(
-                f"--member {bad} out of range: the population has {size} members "
-                f"(0..{size - 1}); pass an index in that range, leader or all"
-            )
+        chosen = member_indices(
+            members, size, "--member", "pass an index in that range, leader or all"
+        )
     folder = Path(out) if out is not None else default_output(source).parent / "policy" / fmt
     files = {m: folder / f"member_{m}{FORMATS[fmt]}" for m in chosen}
     targets = [*files.values(), folder / METADATA]

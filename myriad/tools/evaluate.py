@@ -2,7 +2,7 @@
 95% confidence intervals, printed and written as JSON.
 
 Every requested member plays ``episodes`` full episodes in fresh envs, all in one batched
-rollout (:func:`myriad.finetune.evaluation.rollout_members`: each env's first episode counts).
+rollout (:func:`myriad.assess.evaluation.rollout_members`: each env's first episode counts).
 Intervals: Student's t for the mean return and length (``mean +- t_{0.975, n-1} s / sqrt(n)``),
 Wilson's score interval for the success rate (it stays inside [0, 1] and is not empty at 0 or
 100% success, where the normal approximation collapses).
@@ -17,6 +17,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from myriad.utils.commandline import add_run_subcommand
 
 #: Two-sided confidence level of every interval.
 CONFIDENCE = 0.95
@@ -101,6 +103,23 @@ def saved_leader(config: Mapping[str, Any], state: Mapping[str, Any]) -> int | N
     return 0
 
 
+def member_indices(members: Sequence[int | str], size: int, flag: str, hint: str) -> list[int]:
+    """``members`` as member indices of a population of ``size``.
+
+    Raises:
+        ConfigError: an index out of range (the message names ``flag`` and ends with ``hint``).
+    """
+    from myriad.utils.config import ConfigError
+
+    chosen = [int(m) for m in members]
+    bad = [m for m in chosen if not 0 <= m < size]
+    if bad:
+        raise ConfigError(
+            f"{flag} {bad} out of range: the population has {size} members (0..{size - 1}); {hint}"
+        )
+    return chosen
+
+
 def evaluate_run(
     source: str | os.PathLike[str],
     *,
@@ -133,8 +152,8 @@ def evaluate_run(
     """
     import torch
 
+    from myriad.assess.evaluation import rollout_members
     from myriad.envs import make_from_config
-    from myriad.finetune.evaluation import rollout_members
     from myriad.rl.saved_population import load_population
     from myriad.utils.checkpoint import load_checkpoint
     from myriad.utils.config import ConfigError
@@ -157,13 +176,9 @@ def evaluate_run(
             )
         chosen = [leader]
     else:
-        chosen = [int(m) for m in members]
-        bad = [m for m in chosen if not 0 <= m < size]
-        if bad:
-            raise ConfigError(
-                f"--members {bad} out of range: the population has {size} members "
-                f"(0..{size - 1}); pass indices in that range, all or leader"
-            )
+        chosen = member_indices(
+            members, size, "--members", "pass indices in that range, all or leader"
+        )
     env_cfg = apply_env_overrides(saved.env, env_overrides)
     if seed is None:
         seed = stream_seed(int(saved.config.get("seed", 0)), "evaluation") + 1
@@ -217,14 +232,16 @@ def evaluate_run(
 # ------------------------------------------------------------------------------ command
 
 
+#: ``myriad eval`` in the list of subcommands.
+HELP = (
+    "per-member return, success and episode length with 95%% CIs (prints, writes JSON); extra "
+    "arguments are env overrides (env.options.task=sparse ...)"
+)
+
+
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add ``eval`` to the ``myriad`` subcommands."""
-    p = sub.add_parser(
-        "eval",
-        help="per-member return, success and episode length with 95%% CIs (prints, writes JSON); "
-        "extra arguments are env overrides (env.options.task=sparse ...)",
-    )
-    p.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run folder or checkpoint file")
+    p = add_run_subcommand(sub, "eval", HELP)
     p.add_argument(
         "--members", nargs="+", metavar="M", help="0 3, 0,3, all (default) or leader (finetuning)"
     )

@@ -7,17 +7,21 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from myriad.utils.commandline import add_run_subcommand
+
 # ------------------------------------------------------------------------------ command
+
+
+#: ``myriad export-policy`` in the list of subcommands.
+HELP = (
+    "deployable policies (ONNX | TorchScript) with the observation normaliser folded in, and "
+    "policy.json (RUN/policy/FORMAT)"
+)
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Add ``export-policy`` to the ``myriad`` subcommands."""
-    p = sub.add_parser(
-        "export-policy",
-        help="deployable policies (ONNX | TorchScript) with the observation normaliser folded "
-        "in, and policy.json (RUN/policy/FORMAT)",
-    )
-    p.add_argument("run", metavar="RUN_OR_CHECKPOINT", help="run folder or checkpoint file")
+    p = add_run_subcommand(sub, "export-policy", HELP)
     p.add_argument("--format", required=True, choices=["onnx", "torchscript"])
     p.add_argument(
         "--member",

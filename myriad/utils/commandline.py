@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -16,3 +16,16 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"myriad: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
+
+
+def add_run_subcommand(
+    sub: Any,
+    name: str,
+    help: str,
+    metavar: str = "RUN_OR_CHECKPOINT",
+    run_help: str = "run folder or checkpoint file",
+) -> argparse.ArgumentParser:
+    """Add the ``myriad`` subcommand ``name`` whose first argument is a run (``metavar``)."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help)
+    parser.add_argument("run", metavar=metavar, help=run_help)
+    return parser

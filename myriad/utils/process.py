@@ -10,7 +10,7 @@ torch. The settings depend on what runs, not on the command typed:
   at once instead of spinning. Pretraining runs faiss (k-NN entropy) beside torch, each with its
   own OpenMP runtime, and spinning idle threads of one starve the working threads of the other
   on few cores; a multi-threaded MLP evaluation runs its rows as one stream of cache-sized chunks
-  per torch thread (:mod:`myriad.nn.mlp`), which needs the OpenMP team to stay asleep. With one
+  per torch thread (:mod:`myriad.nn.chunked`), which needs the OpenMP team to stay asleep. With one
   torch thread (``torch_threads: 1``, the configs' default, and every torchrun rank) no OpenMP
   team exists and the policy changes nothing.
 - Threads: ``torch_threads`` of the run config, applied by the runner when a run starts
@@ -21,7 +21,7 @@ torch. The settings depend on what runs, not on the command typed:
 
 The OpenMP runtime reads its policy once, when torch loads it. In a program that imported torch
 before myriad the runtime keeps the policy it started with, and the variable is left as it is,
-so that it keeps saying what the runtime does (:func:`myriad.nn.mlp.openmp_threads_sleep` reads
+so that it keeps saying what the runtime does (:func:`myriad.nn.chunked.openmp_threads_sleep` reads
 it to pick the path that is fast under that policy): import myriad first to get the command's
 speed.
 """

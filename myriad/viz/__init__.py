@@ -7,6 +7,10 @@
   2-D embedding of the members' energy distances.
 - :func:`write_report` (:mod:`myriad.viz.report`): ``RUN/report.html`` with everything embedded.
 - :class:`TrainingVideos` (:mod:`myriad.viz.runs`): videos every ``video.every`` iterations.
+- The figures a run writes to ``plots/``, each from plain data (arrays, scalar histories,
+  evaluation results): :mod:`myriad.viz.pretrain_plots` (coverage map, entropy and coverage
+  curves), :mod:`myriad.viz.finetune_plots` (pairwise KL heatmap, overview, KL set point) and
+  :mod:`myriad.viz.route_plots` (the members' evaluation routes).
 
 Names are imported on first use, so ``import myriad.viz`` costs nothing until then.
 docs/visualization.md describes the commands and files.

@@ -26,7 +26,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -176,15 +176,19 @@ def _shade(
     ax.imshow(shade, origin="lower", extent=extent, aspect="auto", interpolation="nearest")
 
 
-def _feature_histograms(
-    path: Path,
-    x: np.ndarray,
-    member: np.ndarray,
-    spec: FeatureSpec,
-    colors: Sequence[Any],
-    title: str,
-) -> Path:
+class _States(NamedTuple):
+    """The states a features figure draws: features ``x [N, p]``, ``member [N]``, the env's
+    ``spec`` and one colour per member."""
+
+    x: np.ndarray
+    member: np.ndarray
+    spec: FeatureSpec
+    colors: Sequence[Any]
+
+
+def _feature_histograms(states: _States) -> Any:
     """Two features: one 2-D histogram per member on shared axes (the data's extent)."""
+    x, member, spec, colors = states
     m = len(colors)
     lo = np.maximum(x.min(axis=0), spec.low)
     hi = np.minimum(x.max(axis=0), spec.high)
@@ -199,18 +203,12 @@ def _feature_histograms(
         ax.set_facecolor("white")
         _shade(ax, hist, colors[i], (xe[0], xe[-1], ye[0], ye[-1]))
         _label(ax, f"member {i}  ({len(pts)} states)", spec.names[0], spec.names[1])
-    return _save(fig, path, title)
+    return fig
 
 
-def _feature_violins(
-    path: Path,
-    x: np.ndarray,
-    member: np.ndarray,
-    spec: FeatureSpec,
-    colors: Sequence[Any],
-    title: str,
-) -> Path:
+def _feature_violins(states: _States) -> Any:
     """More than two features: per feature, one violin per member."""
+    x, member, spec, colors = states
     m, p = len(colors), x.shape[1]
     fig, axes = _panels(p, 3.4, 2.6)
     for f, ax in enumerate(axes):
@@ -222,7 +220,7 @@ def _feature_violins(
         ax.set_xticks(range(m))
         ax.set_xticklabels([str(i) for i in range(m)], fontsize=7)
         _label(ax, spec.names[f], "member")
-    return _save(fig, path, title)
+    return fig
 
 
 def up_axis_angles(quaternion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -331,7 +329,8 @@ def behaviour_plots(
     out = Path(plots_dir)
     written = []
     draw = _feature_histograms if spec.dim == 2 else _feature_violins
-    written.append(draw(out / "behaviour_features.png", x, who, spec, colors, title))
+    fig = draw(_States(x, who, spec, colors))
+    written.append(_save(fig, out / "behaviour_features.png", title))
     names = tuple(spec.names)
     if all(q in names for q in _QUATERNION):
         quaternion = x[:, [names.index(q) for q in _QUATERNION]]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from myriad.utils.commandline import add_run_subcommand
+
 
 def add_render_parser(sub: Any) -> argparse.ArgumentParser:
     """Add ``render`` to the ``myriad`` subcommands (``sub`` from ``add_subparsers``)."""
@@ -42,12 +44,13 @@ def add_render_parser(sub: Any) -> argparse.ArgumentParser:
 
 def add_report_parser(sub: Any) -> argparse.ArgumentParser:
     """Add ``report`` to the ``myriad`` subcommands."""
-    report = sub.add_parser(
+    report = add_run_subcommand(
+        sub,
         "report",
-        help="one self-contained HTML page of a run: videos, plots, summary, config "
-        "(RUN/report.html)",
+        "one self-contained HTML page of a run: videos, plots, summary, config (RUN/report.html)",
+        "RUN",
+        "run folder (pretrain or finetune)",
     )
-    report.add_argument("run", metavar="RUN", help="run folder (pretrain or finetune)")
     report.add_argument("--out", help="output file (default RUN/report.html)")
     report.add_argument(
         "--overwrite",

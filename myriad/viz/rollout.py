@@ -1,7 +1,7 @@
 """Recording episodes of chosen members, all in one env batch.
 
 Member ``members[j]`` acts in envs ``j * episodes .. (j + 1) * episodes - 1`` (member-major, as
-in :func:`myriad.finetune.evaluation.evaluate_members`); every policy step is one batched call of
+in :func:`myriad.assess.evaluation.rollout_members`); every policy step is one batched call of
 the population for all envs. Each env's first episode is recorded: the painter's state snapshot
 after every step and the entropy features of every state reached, into tensors preallocated on
 the env's device, copied to the host once at the end.

@@ -118,7 +118,7 @@ def evaluation_behaviour_plots(
 ) -> list[Path]:
     """Behaviour plots of a finetuning run (MuJoCo envs only, as :func:`run_behaviour_plots`):
     from its final evaluation's episodes when they hold features (an
-    :class:`~myriad.finetune.evaluation.EpisodeBatch`: ``features [N, T + 1, p]``, ``valid
+    :class:`~myriad.assess.evaluation.EpisodeBatch`: ``features [N, T + 1, p]``, ``valid
     [N, T + 1]``, ``member [N]``), else from a fresh rollout of one episode per member."""
     if env_family(env_cfg) not in BEHAVIOUR_FAMILIES:
         return []

@@ -35,13 +35,13 @@ from myriad.distributed.torchdist.sync import (
     SummedEpisodeTracker,
     replica_difference,
 )
-from myriad.finetune.api import set_rank_launcher as set_finetune_launcher
-from myriad.pretrain.api import set_rank_launcher as set_pretrain_launcher
+from myriad.finetune.api import RANKS as FINETUNE_RANKS
+from myriad.pretrain.api import RANKS as PRETRAIN_RANKS
 
 # pretrain() and finetune() hand a rank of a torchrun launch to pretrain_on_ranks and
 # finetune_on_ranks (neither imports this package, which sits above them).
-set_pretrain_launcher(pretrain_on_ranks)
-set_finetune_launcher(finetune_on_ranks)
+PRETRAIN_RANKS.install(pretrain_on_ranks)
+FINETUNE_RANKS.install(finetune_on_ranks)
 
 __all__ = [
     "GradientAverager",

@@ -34,8 +34,7 @@ checkpoint.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from myriad.distributed.torchdist.group import RankGroup, check_sharding
@@ -53,6 +52,7 @@ from myriad.nn.population import block_members
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.config import ConfigError
+from myriad.utils.launch import RunRequest
 
 
 def check_finetune_launch(cfg: Mapping[str, Any], world_size: int) -> None:
@@ -81,21 +81,15 @@ def check_finetune_launch(cfg: Mapping[str, Any], world_size: int) -> None:
 
 
 class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
-    """:class:`~myriad.finetune.runner.FinetuneRunner` on one rank of a launch.
+    """:class:`~myriad.finetune.runner.FinetuneRunner` on one rank of a launch (arguments:
+    :class:`~myriad.distributed.torchdist.runner.RankRunnerMixin`)."""
 
-    Args:
-        cfg: the run's resolved config (the same on every rank).
-        run_dir: the run folder (chosen by rank 0).
-        ranks: the process group.
-    """
+    check_launch = staticmethod(check_finetune_launch)
 
     def __init__(
         self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
     ) -> None:
-        check_finetune_launch(cfg, ranks.world_size)
-        self.ranks = ranks
-        super().__init__(cfg, run_dir)
-        self.setup_ranks()
+        super().__init__(cfg, run_dir, ranks)
         # Seeded alike, the replicas start equal; the broadcasts make sure of it (an env that
         # draws from the global generator while it is built draws per env, so per rank).
         broadcast_module_(self.model, ranks)
@@ -160,22 +154,15 @@ class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
         return dict(self.ranks.broadcast_object(summary))
 
 
-def finetune_on_ranks(
-    algo: str | None = None,
-    overrides: Sequence[str] = (),
-    init: str | Path | None = None,
-    resume: str | Path | None = None,
-    run_dir: str | Path | None = None,
-    quiet: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """:func:`myriad.finetune.finetune` on this rank of a ``torchrun`` launch (same arguments
-    and result; rank 0 chooses the run folder and prints the report)."""
+def finetune_on_ranks(request: RunRequest) -> dict[str, Any]:
+    """:func:`myriad.finetune.finetune` on this rank of a ``torchrun`` launch (its arguments in
+    ``request``, the same result; rank 0 chooses the run folder and prints the report)."""
     from myriad.finetune.api import report, resolve_config
     from myriad.nn.population import check_population
 
     def configure(world_size: int) -> dict[str, Any]:
-        cfg = resolve_config(algo, overrides, init, resume)
+        r = request
+        cfg = resolve_config(r.algo, r.overrides, r.init, r.resume)
         check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
         check_finetune_launch(cfg, world_size)
         return cfg
@@ -185,12 +172,16 @@ def finetune_on_ranks(
         configure,
         lambda cfg: f"{cfg['algo']['name']}-{cfg['env']['name']}",
         ShardedFinetuneRunner,
-        resume=resume,
-        run_dir=run_dir,
-        overwrite=overwrite,
-        start=(lambda r: r.initialise(r.config["init"]["source"])) if init is not None else None,
+        resume=request.resume,
+        run_dir=request.run_dir,
+        overwrite=request.overwrite,
+        start=(
+            (lambda r: r.initialise(r.config["init"]["source"]))
+            if request.init is not None
+            else None
+        ),
     )
-    if ranks.is_writer and not quiet:
+    if ranks.is_writer and not request.quiet:
         report(summary, folder)
     ranks.close()
     return summary

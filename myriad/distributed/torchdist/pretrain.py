@@ -13,8 +13,7 @@ single-process run.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -30,6 +29,7 @@ from myriad.distributed.torchdist.sync import (
 )
 from myriad.pretrain.runner import PretrainRunner
 from myriad.utils.config import ConfigError
+from myriad.utils.launch import RunRequest
 
 
 def check_launch(cfg: Mapping[str, Any], world_size: int) -> None:
@@ -73,21 +73,15 @@ class _RowsSentToWriter:
 
 
 class ShardedPretrainRunner(RankRunnerMixin, PretrainRunner):
-    """:class:`~myriad.pretrain.runner.PretrainRunner` on one rank of a launch.
+    """:class:`~myriad.pretrain.runner.PretrainRunner` on one rank of a launch (arguments:
+    :class:`~myriad.distributed.torchdist.runner.RankRunnerMixin`)."""
 
-    Args:
-        cfg: the run's resolved config (the same on every rank).
-        run_dir: the run folder (chosen by rank 0).
-        ranks: the process group.
-    """
+    check_launch = staticmethod(check_launch)
 
     def __init__(
         self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
     ) -> None:
-        check_launch(cfg, ranks.world_size)
-        self.ranks = ranks
-        super().__init__(cfg, run_dir)
-        self.setup_ranks()
+        super().__init__(cfg, run_dir, ranks)
         cfg = self.config
         envs = ranks.env_shard(len(self.member), self.num_members)
         # Seeded alike, the replicas start equal; the broadcast makes sure of it (GPU inits).
@@ -139,19 +133,13 @@ class ShardedPretrainRunner(RankRunnerMixin, PretrainRunner):
         return self.ranks.broadcast_object(super().finish())
 
 
-def pretrain_on_ranks(
-    overrides: Sequence[str] = (),
-    resume: str | Path | None = None,
-    run_dir: str | Path | None = None,
-    quiet: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """:func:`myriad.pretrain.pretrain` on this rank of a ``torchrun`` launch (same arguments
-    and result; rank 0 chooses the run folder and prints the report)."""
+def pretrain_on_ranks(request: RunRequest) -> dict[str, Any]:
+    """:func:`myriad.pretrain.pretrain` on this rank of a ``torchrun`` launch (its arguments in
+    ``request``, the same result; rank 0 chooses the run folder and prints the report)."""
     from myriad.pretrain.api import report, resolve_config
 
     def configure(world_size: int) -> dict[str, Any]:
-        cfg = resolve_config(overrides, resume)
+        cfg = resolve_config(request.overrides, request.resume)
         check_launch(cfg, world_size)
         return cfg
 
@@ -160,11 +148,11 @@ def pretrain_on_ranks(
         configure,
         lambda cfg: str(cfg["env"]["name"]),
         ShardedPretrainRunner,
-        resume=resume,
-        run_dir=run_dir,
-        overwrite=overwrite,
+        resume=request.resume,
+        run_dir=request.run_dir,
+        overwrite=request.overwrite,
     )
-    if ranks.is_writer and not quiet:
+    if ranks.is_writer and not request.quiet:
         report(summary, folder)
     ranks.close()
     return summary

@@ -91,12 +91,30 @@ class RankLocalState:
 class RankRunnerMixin:
     """Rank behaviour of a :class:`~myriad.rl.runner.RunnerBase` subclass (list it first).
 
-    The subclass sets ``self.ranks`` and ``self.rank_state`` (a :class:`RankLocalState`) and
-    calls :meth:`setup_ranks` once its model exists.
+    Args:
+        cfg: the run's resolved config (the same on every rank).
+        run_dir: the run folder (chosen by rank 0).
+        ranks: the process group.
+
+    The launch is checked (:attr:`check_launch`) before anything is built, then the stage's
+    runner is built, then the output of the ranks that do not write is silenced. The subclass
+    sets ``self.rank_state`` (a :class:`RankLocalState`).
     """
 
     ranks: RankGroup
     rank_state: RankLocalState
+    #: Refuses, before anything is built, a config the launch cannot run:
+    #: ``check_launch(cfg, world_size)``.
+    check_launch: Callable[[Mapping[str, Any], int], None]
+
+    def __init__(
+        self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
+    ) -> None:
+        self.check_launch(cfg, ranks.world_size)
+        self.ranks = ranks
+        stage: Any = super()  # the stage's runner, next in the method order
+        stage.__init__(cfg, run_dir)
+        self.setup_ranks()
 
     def setup_ranks(self) -> None:
         """Silence the output of the ranks that do not write."""

@@ -1,9 +1,9 @@
 """Evaluating members of a population on a task: one full episode per env, fresh envs.
 
 :func:`rollout_members` runs every requested member in one batched rollout and keeps each env's
-first episode; :func:`evaluate_members` scores it per member. :class:`PopulationEvaluator` is
+first episode; :meth:`EpisodeBatch.scores` scores it per member. :class:`PopulationEvaluator` is
 the finetuning runner's evaluation: all members at once, the leader's and the best member's
-success, the number of distinct solutions (:mod:`myriad.finetune.solutions`) and, with
+success, the number of distinct solutions (:mod:`myriad.assess.solutions`) and, with
 ``eval.perturb=block_leader_route``, the same evaluation on the layout with the leader's route
 walled off.
 """
@@ -18,10 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from myriad.envs.base import VecEnv
-from myriad.envs.layout import Layout, LayoutError
-from myriad.envs.nav import PointNavEnv
-from myriad.finetune.solutions import (
+from myriad.assess.solutions import (
     DEFAULT_GRID_BINS,
     DEFAULT_MIN_SHARE,
     RegionMap,
@@ -31,6 +28,9 @@ from myriad.finetune.solutions import (
     exclusive_regions,
     layout_regions,
 )
+from myriad.envs.base import VecEnv
+from myriad.envs.layout import Layout, LayoutError
+from myriad.envs.nav import PointNavEnv
 from myriad.nn.population import PopulationActorCritic, is_blocked
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import make_generator
@@ -158,23 +158,6 @@ def rollout_members(
         batch.features = features.cpu()
         batch.valid = (steps.unsqueeze(0) <= length.unsqueeze(1)).cpu()
     return batch
-
-
-def evaluate_members(
-    model: PopulationActorCritic,
-    make_env: Callable[[int], VecEnv],
-    members: Sequence[int],
-    episodes: int,
-    *,
-    deterministic: bool,
-    seed: int,
-) -> MemberScores:
-    """Success rate and mean return of each of ``members`` over ``episodes`` episodes
-    (``[K]`` each); the rollout is :func:`rollout_members`'s."""
-    batch = rollout_members(
-        model, make_env, members, episodes, deterministic=deterministic, seed=seed
-    )
-    return batch.scores(len(members))
 
 
 @dataclass

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
+from myriad.assess.evaluation import PopulationEvaluation
+from myriad.assess.solutions import RegionMap
 from myriad.envs.base import FeatureSpec
 from myriad.envs.layout import Layout
-from myriad.finetune.evaluation import PopulationEvaluation
-from myriad.finetune.solutions import RegionMap
 from myriad.utils.plotting import member_colors, project_2d, pyplot, save_figure
 
 # Members on the same route would hide each other: each member's paths are shifted by a small
