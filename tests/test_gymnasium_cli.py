@@ -52,6 +52,11 @@ def test_finetune_on_a_gymnasium_env(pendulum, tmp_path, capsys):
     assert main(args) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_steps"] == 2 * 4 * 8
+    # Pendulum reports no success: no success rates, and its routes are behaviours.
+    assert "eval/leader_success" not in summary["final_eval"]
+    report = capsys.readouterr().out
+    assert "success" not in report
+    assert "distinct behaviours (population)" in report and "of the episodes" in report
 
 
 @pytest.mark.skipif(not available("mujoco"), reason="mujoco not installed")

@@ -282,12 +282,11 @@ class PopulationEvaluator:
             batch.success if batch.has_success else None,
             self.min_share,
         )
-        scalars = {
-            "eval/leader_success": float(scores.success[leader]),
-            "eval/leader_return": float(scores.returns[leader]),
-            "eval/population_success": float(scores.success.max()),
-            "eval/distinct_solutions": float(solutions.count),
-        }
+        scalars = {"eval/leader_return": float(scores.returns[leader])}
+        if batch.has_success:  # an env without a success flag has no success rates to report
+            scalars["eval/leader_success"] = float(scores.success[leader])
+            scalars["eval/population_success"] = float(scores.success.max())
+        scalars["eval/distinct_solutions"] = float(solutions.count)
         return PopulationEvaluation(
             scalars,
             scores.success,

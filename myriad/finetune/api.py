@@ -131,9 +131,11 @@ def report(summary: dict[str, Any], folder: Path) -> None:
     rows = [
         ("env steps", f"{summary.get('env_steps', 0):,}"),
         ("wall time", f"{summary.get('wall_time_s', 0):.1f} s"),
-        ("leader success (deterministic)", f"{100 * final.get('eval/leader_success', 0):.1f}%"),
         ("leader return (deterministic)", f"{final.get('eval/leader_return', float('nan')):.3f}"),
     ]
+    if "eval/leader_success" in final:  # envs with a success flag
+        success = f"{100 * final['eval/leader_success']:.1f}%"
+        rows.insert(2, ("leader success (deterministic)", success))
     rows.extend(solution_rows(summary))
     rows.extend(coupling_rows(summary))
     init = summary.get("init")
@@ -189,10 +191,16 @@ def solution_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     solutions = summary.get("solutions")
     if solutions:
         share = solutions["min_share"]
+        # Without a success flag every episode counts: distinct behaviours, not solutions.
+        kind, of = (
+            ("solutions", "successes")
+            if "eval/leader_success" in final
+            else ("behaviours", "episodes")
+        )
         rows.append(
             (
-                "distinct solutions (population)",
-                f"{solutions['count']} (routes with >= {100 * share:.0f}% of the successes)",
+                f"distinct {kind} (population)",
+                f"{solutions['count']} (routes with >= {100 * share:.0f}% of the {of})",
             )
         )
         routes = solutions["member_route"]
