@@ -52,7 +52,7 @@ def rank_main(algo: str, num_envs: int, run_dir: str, report: str) -> int:
 
     import torch
 
-    from myriad.distributed.torchdist import RankGroup, ShardedFinetuneRunner
+    from myriad.distributed.torchdist import RankGroup, finetune_runner
     from myriad.finetune.api import resolve_config
 
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -78,7 +78,7 @@ def rank_main(algo: str, num_envs: int, run_dir: str, report: str) -> int:
         setattr(RankGroup, name, counted(name, getattr(RankGroup, name)))
     cfg = resolve_config(algo, overrides(algo, num_envs))
     ranks = RankGroup.launch("cpu")
-    runner = ShardedFinetuneRunner(cfg, run_dir, ranks)
+    runner = finetune_runner(cfg, run_dir, ranks)
     iteration = runner.iteration
 
     last: dict[str, dict[str, int]] = {}

@@ -18,7 +18,7 @@ from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.init import InitReport
 from myriad.finetune.runner import FinetuneRunner
 from myriad.nn.population import build_population
-from myriad.utils.checkpoint import load_checkpoint
+from myriad.utils.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from myriad.utils.config import ConfigError
 from myriad.utils.migrations import migrate_checkpoint
 from myriad.utils.seeding import STREAMS, derive_seed, stream_seed
@@ -66,6 +66,27 @@ def test_resume_is_exact(tmp_path, algo):
     for key in hist_a:
         if not key.startswith("perf/"):
             assert hist_a[key] == hist_b[key], key
+
+
+def test_checkpoint_naming_the_former_sharded_runner_resumes(tmp_path):
+    """torchrun runs named their checkpoints ShardedFinetuneRunner before ranks became a role of
+    FinetuneRunner: such a checkpoint resumes; one of another runner is refused."""
+    first = runner(tmp_path, "ppo", "run", "plots=false")
+    first.learn(1)
+    first.close()
+    path = tmp_path / "run" / "checkpoints" / "iter_000001.pt"
+    payload = load_checkpoint(path)
+    assert payload["runner"] == "FinetuneRunner"
+    for name, resumes in (("ShardedFinetuneRunner", True), ("PretrainRunner", False)):
+        payload["runner"] = name
+        save_checkpoint(path, {k: v for k, v in payload.items() if k != "digest"})
+        again = runner(tmp_path, "ppo", "run", "plots=false")
+        if resumes:
+            assert again.resume(path) == path and again.iteration_count == 1
+        else:
+            with pytest.raises(CheckpointError, match="written by PretrainRunner"):
+                again.resume(path)
+        again.close()
 
 
 # The leader's success is known from geometry whatever the policy. nav-empty starts within 0.4

@@ -27,8 +27,8 @@ from conftest import TINY_FINETUNE, assert_same_training, rank_env
 from myriad.cli import main
 from myriad.distributed.torchdist import (
     RankGroup,
-    ShardedFinetuneRunner,
     check_finetune_launch,
+    finetune_runner,
     gather_rollout,
     replica_difference,
     rollout_like,
@@ -287,9 +287,7 @@ def test_one_rank_with_the_run_streams_is_one_process_exactly(monkeypatch, tmp_p
     monkeypatch.setattr(RankGroup, "stream_seed", lambda self, seed: seed)
     runs = []
     try:
-        for index, make in enumerate(
-            (FinetuneRunner, lambda c, d: ShardedFinetuneRunner(c, d, ranks))
-        ):
+        for index, make in enumerate((FinetuneRunner, lambda c, d: finetune_runner(c, d, ranks))):
             runner = make(cfg, tmp_path / str(index))
             runner.learn(3)
             runs.append((runner.logger.history, runner.model.state_dict()))
@@ -397,7 +395,7 @@ def _split_main(run: str, report: str) -> int:
     """PPO on two ranks with the split update (:func:`test_ppo_update_splits_over_two_ranks`)."""
     ranks = RankGroup.launch("cpu")
     cfg = resolve_config("ppo", [*TINY, "population.size=1", "iterations=2", "eval.every=0"])
-    runner = ShardedFinetuneRunner(cfg, run, ranks)
+    runner = finetune_runner(cfg, run, ranks)
     before = [p.detach().clone() for p in runner.model.parameters()]
     assert runner.model.obs_norm is not None
     count = float(runner.model.obs_norm.count)
@@ -413,7 +411,7 @@ def _split_main(run: str, report: str) -> int:
     per_rank = ranks.all_gather_cat(flags.unsqueeze(0), dim=0).tolist()
     replicas = replica_difference(runner.model, ranks)
     runner.close()
-    cpo = ShardedFinetuneRunner(resolve_config("cpo", list(TINY)), f"{run}-cpo", ranks)
+    cpo = finetune_runner(resolve_config("cpo", list(TINY)), f"{run}-cpo", ranks)
     rows = float(cpo.update_split == "rows" and cpo.algorithm.share is not None)
     cpo_split = ranks.all_gather_cat(torch.tensor([[rows]]), dim=0)
     cpo.close()

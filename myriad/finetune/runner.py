@@ -22,7 +22,8 @@ from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.init import InitReport, initialise
 from myriad.finetune.tracking import member_scalars
-from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings, whole_run
+from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
+from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.checkpoint import latest_checkpoint
 from myriad.utils.config import ConfigError
@@ -47,6 +48,11 @@ class FinetuneRunner(OnPolicyRunner):
     Args:
         cfg: the resolved config.
         run_dir: the run folder.
+        role: how this process takes part in the run (:mod:`myriad.rl.roles`). On a rank of a
+            ``torchrun`` launch every rank holds the whole population and algorithm, steps its
+            share of the envs, gathers every rank's rollout into :attr:`storage` and learns as
+            :attr:`update_split` says; the writer alone runs the final evaluation and writes
+            the run folder.
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
@@ -56,11 +62,19 @@ class FinetuneRunner(OnPolicyRunner):
         "eval.*",
         "video.*",
     )
+    #: torchrun runs wrote this name before ranks became a role of this runner.
+    CHECKPOINT_NAMES: ClassVar[tuple[str, ...]] = ("ShardedFinetuneRunner",)
 
     algorithm: FinetuneAlgorithm
 
-    def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
-        setup = population_setup(cfg, self.env_shard)
+    def __init__(
+        self,
+        cfg: Mapping[str, Any],
+        run_dir: str | os.PathLike[str],
+        role: ProcessRole | None = None,
+    ) -> None:
+        role = role if role is not None else SingleProcess()
+        setup = population_setup(cfg, role.env_shard)
         check_task(setup.env)
         cfg = setup.config
         self.seed = setup.seed
@@ -76,8 +90,25 @@ class FinetuneRunner(OnPolicyRunner):
             member=setup.member[setup.envs],
             store_transitions=algorithm.needs_transitions,
             desync=bool(cfg.get("desync_episodes", True)),
+            role=role,
             **runner_settings(cfg),
         )
+        # Seeded alike, the replicas start equal; the role makes sure of it (an env that draws
+        # from the global generator while it is built draws per env, so per process).
+        role.share_module(self.model)
+        role.share_state(self.algorithm)
+        #: How the processes split the update: ``"envs"`` (each learns from its own envs' rows,
+        #: normalisers merged), ``"rows"`` (each learns from its share of every minibatch of
+        #: the gathered rollout), None in one process (or with ``rank_split="none"``: the whole
+        #: update on every rank, a reference for benchmarks).
+        self.update_split: str | None = None
+        if role.world_size > 1 and algorithm.rank_split in ("envs", "rows"):
+            self.update_split = algorithm.rank_split
+        role.prepare(self.model, algorithm, self.update_split)
+        #: This process's share of each rollout ``[T, E_local]``; :attr:`storage` is the whole
+        #: run's ``[T, E]`` (the same storage in one process).
+        self.local_storage = self.storage
+        self.storage = role.whole_rollout(self.local_storage, setup.member)
         env, member, size = self.env, setup.member, self.model.num_members
         self.diagnostics = Diagnostics(
             member,
@@ -87,7 +118,8 @@ class FinetuneRunner(OnPolicyRunner):
             per_member=size <= 16,
         )
         self.init_report: InitReport | None = None
-        self.videos = TrainingVideos.from_config(cfg, self.run_dir)  # None unless video.every
+        # None unless video.every; the writer alone records.
+        self.videos = TrainingVideos.from_config(cfg, self.run_dir) if role.is_writer else None
         self.final_eval: dict[str, float] | None = None
         self.evaluator = PopulationEvaluator.from_config(
             dict(cfg.get("eval") or {}),
@@ -102,11 +134,6 @@ class FinetuneRunner(OnPolicyRunner):
 
     # ---------------------------------------------------------------- set-up
 
-    def env_shard(self, num_envs: int, num_members: int, seed: int) -> tuple[slice, int]:
-        """The envs this process steps and their seed: all of them here (torchrun ranks step
-        their members' share)."""
-        return whole_run(num_envs, num_members, seed)
-
     def make_env(self, num_envs: int, **overrides: Any) -> VecEnv:
         """The configured task env with ``num_envs`` envs (``overrides`` on its options)."""
         env_cfg = self.config["env"]
@@ -118,7 +145,10 @@ class FinetuneRunner(OnPolicyRunner):
         return self.algorithm.leader
 
     def initialise(self, source: str | os.PathLike[str]) -> InitReport:
-        """Start the population from a pretrained run (the rule in :mod:`myriad.finetune.init`)."""
+        """Start the population from a pretrained run (the rule in :mod:`myriad.finetune.init`).
+
+        Every process ranks (the ranking's evaluation is seeded alike); the writer's population
+        and report are then every process's."""
         init = self.config.get("init") or {}
         rank_options = dict(init.get("rank_options") or {})
         self.status(
@@ -135,6 +165,8 @@ class FinetuneRunner(OnPolicyRunner):
             seed=stream_seed(self.seed, "init_ranking"),
             env=self.config["env"],
         )
+        self.role.share_module(self.model)
+        self.init_report = self.role.broadcast(self.init_report)
         return self.init_report
 
     # ---------------------------------------------------------------- one iteration
@@ -148,14 +180,16 @@ class FinetuneRunner(OnPolicyRunner):
         return int((self.config.get("init") or {}).get("critic_warmup", 0))
 
     def collect(self) -> RolloutStorage:
-        """This iteration's rollout of every env, the one the update learns from."""
-        self.collector.collect(self.storage)
+        """This iteration's rollout of every env (every process's), the one the update learns
+        from."""
+        self.collector.collect(self.local_storage)
+        self.role.gather_rollout(self.local_storage, self.storage)
         return self.storage
 
     def learning_rollout(self, rollout: RolloutStorage) -> RolloutStorage:
-        """The rows this process's update learns from: the whole rollout here (a torchrun rank
-        whose algorithm splits the update learns from its own envs' rows)."""
-        return rollout
+        """The rows this process's update learns from: its own envs' rows when the update
+        splits by envs, else the whole rollout."""
+        return self.local_storage if self.update_split == "envs" else rollout
 
     def iteration(self) -> dict[str, float]:
         rollout = self.collect()
@@ -210,7 +244,13 @@ class FinetuneRunner(OnPolicyRunner):
 
     def finish(self) -> dict[str, Any]:
         """Evaluate the leader, write the heatmap, overview and ``summary.json``; returns the
-        summary."""
+        summary. The writer alone does so; its summary is every process's."""
+        summary: dict[str, Any] | None = self._final_report() if self.role.is_writer else None
+        shared = self.role.broadcast(summary)
+        assert shared is not None  # the writer's summary
+        return dict(shared)
+
+    def _final_report(self) -> dict[str, Any]:
         final_episodes = int(self.config["eval"]["final_episodes"])
         self.status(
             f"final evaluation: {final_episodes} episodes of each of the {self.model.num_members} "
@@ -283,7 +323,7 @@ class FinetuneRunner(OnPolicyRunner):
         return {
             "model": self.model,
             "algorithm": self.algorithm,
-            "collector": self.collector,
+            "collector": self.collector_state,
             "finetune": _RunnerState(self),
         }
 

@@ -19,8 +19,9 @@ from myriad.datasets.recorder import DatasetRecorder, dataset_location, dataset_
 from myriad.entropy import CoverageTracker
 from myriad.envs import make
 from myriad.pretrain.objectives import EntropyMeasurement, build_objective
-from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings, whole_run
+from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
 from myriad.rl.ppo import PPO, ppo_config
+from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.utils.faults import fault_point
 from myriad.utils.seeding import make_generator, stream_seed
 from myriad.viz.pretrain_plots import coverage_map, entropy_curves
@@ -33,6 +34,11 @@ class PretrainRunner(OnPolicyRunner):
     Args:
         cfg: the resolved config as a mapping.
         run_dir: the run folder.
+        role: how this process takes part in the run (:mod:`myriad.rl.roles`). On a rank of a
+            ``torchrun`` launch every rank holds the whole population and steps its members'
+            envs; the k-NN measurement reads every rank's features, the update averages the
+            gradients over the ranks, and the writer alone records the dataset (every rank's
+            rows, in the order of one process), evaluates and writes the run folder.
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
@@ -42,10 +48,18 @@ class PretrainRunner(OnPolicyRunner):
         "torch_threads",
         "video.*",
     )
+    #: torchrun runs wrote this name before ranks became a role of this runner.
+    CHECKPOINT_NAMES: ClassVar[tuple[str, ...]] = ("ShardedPretrainRunner",)
 
-    def __init__(self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        cfg: Mapping[str, Any],
+        run_dir: str | os.PathLike[str],
+        role: ProcessRole | None = None,
+    ) -> None:
+        role = role if role is not None else SingleProcess()
         obj_cfg = cfg["objective"]
-        setup = population_setup(cfg, self.env_shard, min_states=int(obj_cfg["k"]))
+        setup = population_setup(cfg, role.env_shard, min_states=int(obj_cfg["k"]))
         cfg = setup.config
         # The member of every env of the run [E]; this process steps the envs `setup.envs`.
         self.member = setup.member
@@ -60,16 +74,18 @@ class PretrainRunner(OnPolicyRunner):
             member=setup.member[setup.envs],
             store_transitions=True,
             desync=bool(cfg.get("desync_episodes", True)),
+            role=role,
             **runner_settings(cfg),
         )
         self.num_members = self.model.num_members
-        self.measure = EntropyMeasurement(
+        local = EntropyMeasurement(
             int(obj_cfg["k"]),
             self.num_members,
             self.env.features.dim,
             backend=str(obj_cfg.get("backend", "auto")),
             min_distance=float(obj_cfg.get("min_distance", 1e-3)),
         )
+        self.measure = role.measurement(local, setup.envs)
         self.objective = build_objective(obj_cfg, self.model, self.algorithm)
         # At beta = 1 neither objective reads the per-member neighbours before the update ends,
         # so on CPU their search overlaps the update (docs/pretrain.md, k-NN share).
@@ -81,6 +97,9 @@ class PretrainRunner(OnPolicyRunner):
             else None
         )
         env = self.env
+        #: Whether the run records a dataset (the writer's :attr:`dataset`; every process sends
+        #: its rows).
+        self.records_dataset = bool(cfg["dataset"]["enabled"])
         self.dataset = (
             DatasetRecorder(
                 dataset_location(self.run_dir, str(cfg["dataset"]["path"])),
@@ -91,10 +110,14 @@ class PretrainRunner(OnPolicyRunner):
                 env.max_episode_steps,
                 dataset_metadata(cfg, self.num_members, env.features.names),
             )
-            if cfg["dataset"]["enabled"]
+            if self.records_dataset and role.is_writer
             else None
         )
-        self.videos = TrainingVideos.from_config(cfg, self.run_dir)  # None unless video.every
+        # None unless video.every; the writer alone records.
+        self.videos = TrainingVideos.from_config(cfg, self.run_dir) if role.is_writer else None
+        # Seeded alike, the replicas start equal; on ranks the role makes sure of it (GPU
+        # inits) and keeps them so (each rank learns from its own envs' rows).
+        role.prepare(self.model, self.algorithm, "envs")
 
     # -- dataset ---------------------------------------------------------------------------
     def _rollout_rows(self) -> dict[str, torch.Tensor]:
@@ -117,15 +140,6 @@ class PretrainRunner(OnPolicyRunner):
     def steps_per_iteration(self) -> int:
         return self.storage.num_steps * len(self.member)
 
-    # -- the process's share of the run (all of it; torchrun ranks override both) -------
-    def env_shard(self, num_envs: int, num_members: int, seed: int) -> tuple[slice, int]:
-        """The envs of the run this process steps, and the seed of their random streams."""
-        return whole_run(num_envs, num_members, seed)
-
-    def _gathered(self, local: torch.Tensor, dim: int = 1) -> torch.Tensor:
-        """Per-env tensors of this process's envs (along ``dim``) -> those of all envs."""
-        return local
-
     def iteration(self) -> dict[str, float]:
         t0 = time.perf_counter()
         self.collector.collect(self.storage)
@@ -133,7 +147,7 @@ class PretrainRunner(OnPolicyRunner):
 
         stored = self.storage.features
         assert stored is not None  # pretraining's storage keeps the entropy features
-        features = self._gathered(stored)  # [T, E, p] states reached
+        features = self.role.all_gather(stored)  # [T, E, p] states reached
         if not torch.isfinite(features).all():
             raise FloatingPointError(
                 f"env {self.env.name} returned non-finite entropy features; check the env "
@@ -152,8 +166,10 @@ class PretrainRunner(OnPolicyRunner):
         if self.coverage is not None:
             scalars.update(self.coverage.update(features, self.member))
         scalars.update(self._pairwise_kl())
-        if self.dataset is not None:
-            self.dataset.record(self._rollout_rows())
+        if self.records_dataset:
+            rows = self.role.gather_rows(self._rollout_rows())
+            if self.dataset is not None:
+                self.dataset.record(rows)
         total = time.perf_counter() - t0
         scalars["perf/knn_share"] = t_knn / total
         scalars["perf/collect_share"] = t_collect / total
@@ -174,7 +190,7 @@ class PretrainRunner(OnPolicyRunner):
             return {}
         obs = self.storage.obs.reshape(-1, self.env.obs_dim)
         idx = torch.linspace(0, len(obs) - 1, min(max_states, len(obs)), device=obs.device).long()
-        kl = self.model.pairwise_kl(self._gathered(obs[idx], dim=0))
+        kl = self.model.pairwise_kl(self.role.all_gather(obs[idx], dim=0))
         m = self.num_members
         off = kl[~torch.eye(m, dtype=torch.bool, device=kl.device)]
         return {
@@ -187,7 +203,7 @@ class PretrainRunner(OnPolicyRunner):
         return {
             "model": self.model,
             "algorithm": self.algorithm,
-            "collector": self.collector,
+            "collector": self.collector_state,
             "objective": self.objective,
             "measure": self.measure,
             **({"progress": self.coverage} if self.coverage is not None else {}),
@@ -197,7 +213,10 @@ class PretrainRunner(OnPolicyRunner):
     @torch.no_grad()
     def evaluate(self, episodes: int = 1) -> dict[str, Any]:
         """Run the final population for ``episodes`` full episodes in a fresh copy of the env;
-        returns the visited features, members, coverage and entropies, and writes the plots."""
+        returns the visited features, members, coverage and entropies, and writes the plots.
+        The writer evaluates alone (the replicas are equal); {} elsewhere."""
+        if not self.role.is_writer:
+            return {}
         cfg = self.config
         env = make(
             cfg["env"]["name"],
@@ -256,10 +275,10 @@ class PretrainRunner(OnPolicyRunner):
         return result
 
     def finish(self) -> dict[str, Any]:
-        """Close the dataset, evaluate, write plots and ``summary.json``; returns the summary."""
+        """Close the dataset, evaluate, write plots and ``summary.json``; returns the writer's
+        summary (on every process)."""
         if self.dataset is not None:
-            where = getattr(self.dataset, "path", None)  # torchrun ranks send rows to rank 0
-            self.status("closing the dataset" + (f" {where}" if where is not None else ""))
+            self.status(f"closing the dataset {self.dataset.path}")
         dataset = self.dataset.finish(self.iteration_count) if self.dataset is not None else None
         fault_point("run.dataset_finished")
         result = self.evaluate(int(self.config["eval"]["episodes"]))
@@ -268,7 +287,7 @@ class PretrainRunner(OnPolicyRunner):
         summary["checkpoint"] = str(self.save_checkpoint())
         summary["plots"] = str(self.plots_dir) if self.plots else None
         self.logger.write_summary(self.run_dir / "summary.json", **summary)
-        return summary
+        return self.role.broadcast(summary)
 
     def close(self) -> None:
         """Release files; an unfinished dataset stays as its ``.partial`` file for resume."""

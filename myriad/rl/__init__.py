@@ -1,4 +1,5 @@
-"""Shared on-policy machinery: rollout storage, GAE, PPO loss pieces, collection and runners."""
+"""Shared on-policy machinery: rollout storage, GAE, PPO loss pieces, collection, runners and
+the role of this process in a run."""
 
 from myriad.rl.collector import (
     EpisodeSums,
@@ -21,6 +22,7 @@ from myriad.rl.losses import (
 )
 from myriad.rl.on_policy import OnPolicyRunner
 from myriad.rl.ppo import PPO, LossTerm, PPOConfig, RewardBonus
+from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.rl.runner import RunnerBase, plain_config
 from myriad.rl.storage import Batch, RolloutStorage
 from myriad.utils.checkpoint import ConfigMismatchError
@@ -34,10 +36,12 @@ __all__ = [
     "LossTerm",
     "OnPolicyRunner",
     "PPOConfig",
+    "ProcessRole",
     "RewardBonus",
     "RolloutCollector",
     "RolloutStorage",
     "RunnerBase",
+    "SingleProcess",
     "adaptive_lr",
     "approx_kl",
     "clip_fraction",

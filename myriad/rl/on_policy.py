@@ -124,7 +124,9 @@ class OnPolicyRunner(RunnerBase):
         store_transitions: keep next observations and entropy features in the storage.
         desync: spread the first episodes' ends (torch envs only): envs reset together would
             also end together, and every rollout should mix episode phases from the start.
-        **runner_options: :class:`RunnerBase` options (progress, checkpoint_every, ...).
+        **runner_options: :class:`RunnerBase` options (progress, checkpoint_every, role, ...).
+            With a ``role`` over several processes, ``env`` holds this process's envs and
+            ``member`` their members; episode statistics cover every process's episodes.
     """
 
     def __init__(
@@ -157,6 +159,9 @@ class OnPolicyRunner(RunnerBase):
         self.collector.reset(seed)
         if desync and isinstance(env, TensorVecEnv):
             env.randomize_episode_progress()
+        self.collector.episodes = self.role.track_episodes(self.collector.episodes)
+        #: The collector's checkpoint entry (on a rank, every rank's collector).
+        self.collector_state = self.role.collector_entry(self.collector)
 
     @property
     def steps_per_iteration(self) -> int:
@@ -170,4 +175,7 @@ class OnPolicyRunner(RunnerBase):
         return out
 
     def state_objects(self) -> dict[str, Any]:
-        return {"model": self.model, "algorithm": self.algorithm, "collector": self.collector}
+        return {"model": self.model, "algorithm": self.algorithm, "collector": self.collector_state}
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {**super().checkpoint(), **self.role.checkpoint_extras(self.model)}

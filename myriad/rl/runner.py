@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import torch
 from omegaconf import OmegaConf
 
+from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.utils.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -85,6 +86,9 @@ class RunnerBase(abc.ABC):
             or ``none`` (:mod:`myriad.utils.loggers`); env steps are their x axis.
         wandb: options of the W&B backend (``project``, ``entity``, ``mode``, ``group``,
             ``tags``).
+        role: how this process takes part in the run (:mod:`myriad.rl.roles`); a process
+            that does not write shows no progress and writes no events, plots, summary or
+            checkpoint, but builds every checkpoint with the writer (its collectives).
     """
 
     #: Dotted config keys (``fnmatch`` patterns) that may differ between a checkpoint and the
@@ -120,6 +124,8 @@ class RunnerBase(abc.ABC):
         # Written by earlier versions, read by no runner (see DistributedConfig).
         "distributed.mode",
     )
+    #: Names of earlier runner classes whose checkpoints this runner resumes.
+    CHECKPOINT_NAMES: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -135,7 +141,11 @@ class RunnerBase(abc.ABC):
         console_every_s: float = 10.0,
         logger: str = "tensorboard",
         wandb: Mapping[str, Any] | None = None,
+        role: ProcessRole | None = None,
     ) -> None:
+        self.role: ProcessRole = role if role is not None else SingleProcess()
+        if not self.role.is_writer:
+            progress = plots = tensorboard = False
         self.config: dict[str, Any] = plain_config(config if config is not None else {})
         self.run_dir = Path(run_dir)
         self.checkpoint_dir = self.run_dir / "checkpoints"
@@ -154,7 +164,7 @@ class RunnerBase(abc.ABC):
             require("wandb", "wandb")  # missing: one line before the run starts
         self.iteration_count = 0
         #: Processes the run is spread over (torchrun ranks); checkpoints resume with as many.
-        self.world_size = 1
+        self.world_size = self.role.world_size
         self.env_steps = 0
         self.wall_time = 0.0
         self._logger: ScalarLogger | None = None
@@ -184,18 +194,23 @@ class RunnerBase(abc.ABC):
     @property
     def logger(self) -> ScalarLogger:
         if self._logger is None:
-            # The backends' x axis is env steps: a resumed run hides what the interrupted one
-            # logged after its checkpoint.
-            purge = self.env_steps + 1 if self.iteration_count else None
-            names = [b for b in self.log_backends if b != "tensorboard" or self.tensorboard]
-            backends = make_backends(
-                names or "none", self.run_dir, purge_step=purge, wandb=self.wandb_options
-            )
-            self._logger = ScalarLogger(backends=backends)
+            quiet = self.role.logger()
+            self._logger = quiet if quiet is not None else self._own_logger()
             if self._pending_history is not None:
                 self._logger.load_state_dict(self._pending_history)
                 self._pending_history = None
         return self._logger
+
+    def _own_logger(self) -> ScalarLogger:
+        """The logger of the process that writes the run folder."""
+        # The backends' x axis is env steps: a resumed run hides what the interrupted one
+        # logged after its checkpoint.
+        purge = self.env_steps + 1 if self.iteration_count else None
+        names = [b for b in self.log_backends if b != "tensorboard" or self.tensorboard]
+        backends = make_backends(
+            names or "none", self.run_dir, purge_step=purge, wandb=self.wandb_options
+        )
+        return ScalarLogger(backends=backends)
 
     def summary(self) -> dict[str, Any]:
         """Counters, throughput and versions, as written to ``summary.json``."""
@@ -208,6 +223,8 @@ class RunnerBase(abc.ABC):
         }
 
     def write_summary(self) -> Path:
+        if not self.role.is_writer:
+            return self.run_dir / "summary.json"
         return self.logger.write_summary(self.run_dir / "summary.json", **self.summary())
 
     def status(self, text: str) -> None:
@@ -238,7 +255,6 @@ class RunnerBase(abc.ABC):
         self.write_config()
         logger = self.logger
         logger.log_config(self.config)
-        # Ranks other than 0 of a torchrun launch turn progress off after construction.
         self.console.enabled = self.progress
         if self.iteration_count < num_iterations:
             self.status(
@@ -342,7 +358,10 @@ class RunnerBase(abc.ABC):
     def save_checkpoint(self, path: str | os.PathLike[str] | None = None) -> Path:
         """Atomically write a checkpoint (default ``checkpoints/iter_NNNNNN.pt``) and prune."""
         target = Path(path) if path else checkpoint_path(self.checkpoint_dir, self.iteration_count)
-        save_checkpoint(target, self.checkpoint())
+        payload = self.checkpoint()  # on every process: it may hold collectives
+        if not self.role.is_writer:
+            return target
+        save_checkpoint(target, payload)
         fault_point("checkpoint.saved")
         if self.keep_checkpoints:
             for old in list_checkpoints(self.checkpoint_dir)[: -self.keep_checkpoints]:
@@ -368,7 +387,10 @@ class RunnerBase(abc.ABC):
                 f"{self.world_size}: resume it with as many ({launch}myriad ... --resume RUN)"
             )
         written_by = payload.get("runner")
-        if written_by is not None and written_by != type(self).__qualname__:
+        if written_by is not None and written_by not in (
+            type(self).__qualname__,
+            *self.CHECKPOINT_NAMES,
+        ):
             raise CheckpointError(
                 f"{source} was written by {written_by}, not {type(self).__qualname__}: resume it "
                 "with the command that created it (myriad pretrain / myriad finetune --resume)"
@@ -395,6 +417,7 @@ class RunnerBase(abc.ABC):
             self._logger = None
         self._pending_history = payload["logger"]
         restore_rng_state(payload["rng"])
+        self.role.after_resume()
         return source
 
 

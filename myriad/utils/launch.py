@@ -1,7 +1,8 @@
 """How a command hands a rank of a ``torchrun`` launch to the package that runs it there.
 
 :mod:`myriad.distributed.torchdist` runs pretraining and finetuning on the ranks of a launch. It
-sits above both stages (it extends their runners), so a stage does not import it: on the first
+sits above both stages (it builds their runners with a rank's
+:class:`~myriad.distributed.torchdist.role.RankRole`), so a stage does not import it: on the first
 launch the stage's :class:`RankLauncher` imports it by name, and it installs its entry points.
 """
 

@@ -1,7 +1,9 @@
 """Finetuning (PPO, SAPG, CPO, PBT) over the ranks of a ``torchrun`` launch (docs/distributed.md).
 
-Every rank holds the whole population and the whole algorithm (optimiser, discriminator, KL set
-point, PBT's hyperparameters) and steps the envs of its members only. Per iteration:
+:class:`~myriad.finetune.runner.FinetuneRunner` runs on every rank with a
+:class:`~myriad.distributed.torchdist.role.RankRole`. Every rank holds the whole population and
+the whole algorithm (optimiser, discriminator, KL set point, PBT's hyperparameters) and steps
+the envs of its members only. Per iteration:
 
 1. collect ``T`` steps of its own envs;
 2. gather the rollouts of all ranks (:func:`~myriad.distributed.torchdist.rollout.gather_rollout`),
@@ -38,19 +40,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from myriad.distributed.torchdist.group import RankGroup, check_sharding
-from myriad.distributed.torchdist.rollout import gather_rollout, rollout_like
-from myriad.distributed.torchdist.runner import RankLocalState, RankRunnerMixin, train_on_ranks
-from myriad.distributed.torchdist.sync import (
-    GradientAverager,
-    SummedEpisodeTracker,
-    broadcast_module_,
-    share_normalizers,
-)
-from myriad.finetune.init import InitReport
+from myriad.distributed.torchdist.role import RankRole
+from myriad.distributed.torchdist.runner import train_on_ranks
 from myriad.finetune.runner import FinetuneRunner
-from myriad.nn.population import block_members
-from myriad.rl.row_share import RowShare
-from myriad.rl.storage import RolloutStorage
 from myriad.utils.config import ConfigError
 from myriad.utils.launch import RunRequest
 
@@ -80,78 +72,14 @@ def check_finetune_launch(cfg: Mapping[str, Any], world_size: int) -> None:
         )
 
 
-class ShardedFinetuneRunner(RankRunnerMixin, FinetuneRunner):
-    """:class:`~myriad.finetune.runner.FinetuneRunner` on one rank of a launch (arguments:
-    :class:`~myriad.distributed.torchdist.runner.RankRunnerMixin`)."""
-
-    check_launch = staticmethod(check_finetune_launch)
-
-    def __init__(
-        self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
-    ) -> None:
-        super().__init__(cfg, run_dir, ranks)
-        # Seeded alike, the replicas start equal; the broadcasts make sure of it (an env that
-        # draws from the global generator while it is built draws per env, so per rank).
-        broadcast_module_(self.model, ranks)
-        if not ranks.is_writer:
-            self.algorithm.load_state_dict(ranks.broadcast_object(None))
-        else:
-            ranks.broadcast_object(self.algorithm.state_dict())
-        #: How the ranks split the update: ``"envs"`` (each rank learns from its own envs'
-        #: rows, normalisers merged over the ranks), ``"rows"`` (each rank learns from its
-        #: share of every minibatch of the gathered rollout), None with one rank (or with
-        #: ``rank_split="none"``: the whole update on every rank, a reference for benchmarks).
-        self.update_split: str | None = None
-        if ranks.world_size > 1 and self.algorithm.rank_split in ("envs", "rows"):
-            self.update_split = self.algorithm.rank_split
-            self.algorithm.grad_sync = GradientAverager(ranks, self.algorithm.parameters)
-        if self.update_split == "envs":
-            share_normalizers(self.model, ranks)
-        elif self.update_split == "rows":
-            self.algorithm.set_share(
-                RowShare(ranks.rank, ranks.world_size, ranks.all_reduce_, ranks.all_gather_cat)
-            )
-        self.collector.episodes = SummedEpisodeTracker(self.collector.episodes, ranks)
-        self.rank_state = RankLocalState(ranks, self.collector)
-        num_envs = int(self.config["num_envs"])
-        member = block_members(num_envs, self.model.num_members, self.env.device)
-        #: This rank's share of each rollout ``[T, E/R]``; ``storage`` is the whole ``[T, E]``.
-        self.local_storage = self.storage
-        self.storage = rollout_like(self.local_storage, member)
-        if not ranks.is_writer:
-            self.videos = None
-
-    # -- the rank's share --------------------------------------------------------------------
-    def env_shard(self, num_envs: int, num_members: int, seed: int) -> tuple[slice, int]:
-        # Equal contiguous blocks: whole members when the ranks divide the population.
-        return self.ranks.env_block(num_envs), self.ranks.stream_seed(seed)
-
-    def collect(self) -> RolloutStorage:
-        """This rank's envs' rollout, then every rank's, in the run's layout."""
-        self.collector.collect(self.local_storage)
-        gather_rollout(self.ranks, self.local_storage, self.storage)
-        return self.storage
-
-    def learning_rollout(self, rollout: RolloutStorage) -> RolloutStorage:
-        """This rank's own envs' rows when the update splits by envs, else the gathered
-        rollout."""
-        return self.local_storage if self.update_split == "envs" else rollout
-
-    def initialise(self, source: str | os.PathLike[str]) -> InitReport:
-        """``--init`` on every rank (the ranking's evaluation is seeded alike), then rank 0's
-        population and report on every rank."""
-        report = super().initialise(source)
-        broadcast_module_(self.model, self.ranks)
-        self.init_report = self.ranks.broadcast_object(report)
-        return self.init_report
-
-    def state_objects(self) -> dict[str, Any]:
-        return {**super().state_objects(), "collector": self.rank_state}
-
-    def finish(self) -> dict[str, Any]:
-        """Rank 0's final evaluation, plots and summary; the summary on every rank."""
-        summary = super().finish() if self.ranks.is_writer else None
-        return dict(self.ranks.broadcast_object(summary))
+def finetune_runner(
+    cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
+) -> FinetuneRunner:
+    """This rank's :class:`~myriad.finetune.runner.FinetuneRunner` (with a
+    :class:`~myriad.distributed.torchdist.role.RankRole`), once :func:`check_finetune_launch`
+    accepts the config."""
+    check_finetune_launch(cfg, ranks.world_size)
+    return FinetuneRunner(cfg, run_dir, role=RankRole(ranks))
 
 
 def finetune_on_ranks(request: RunRequest) -> dict[str, Any]:
@@ -171,7 +99,7 @@ def finetune_on_ranks(request: RunRequest) -> dict[str, Any]:
         "finetune",
         configure,
         lambda cfg: f"{cfg['algo']['name']}-{cfg['env']['name']}",
-        ShardedFinetuneRunner,
+        finetune_runner,
         resume=request.resume,
         run_dir=request.run_dir,
         overwrite=request.overwrite,

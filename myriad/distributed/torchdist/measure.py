@@ -52,6 +52,21 @@ class RankEntropyMeasurement(EntropyMeasurement):
         super().__init__(k, num_members, dim, backend=backend, min_distance=min_distance)
         self.ranks, self.envs = ranks, envs
 
+    @classmethod
+    def sharing(
+        cls, local: EntropyMeasurement, ranks: RankGroup, envs: slice
+    ) -> RankEntropyMeasurement:
+        """The measurement of ``local``'s settings on this rank's ``envs``."""
+        return cls(
+            ranks,
+            envs,
+            local.k,
+            local.num_members,
+            local.dim,
+            backend=local.search.backend,
+            min_distance=local.min_distance,
+        )
+
     def __call__(self, features: torch.Tensor, update: bool = True) -> Measurement:
         x = env_major(features)  # [E T, p]: row e T + t, so each rank's rows are contiguous
         if update:

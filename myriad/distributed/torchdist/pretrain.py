@@ -1,7 +1,9 @@
 """K-Myriad pretraining over the ranks of a ``torchrun`` launch (docs/distributed.md).
 
-Every rank holds the whole population (any parameterisation) and steps the envs of its members
-only. Per iteration: collect locally; gather the entropy features of all ranks and measure
+:class:`~myriad.pretrain.runner.PretrainRunner` runs on every rank with a
+:class:`~myriad.distributed.torchdist.role.RankRole`. Every rank holds the whole population (any
+parameterisation) and steps the envs of its members only. Per iteration: collect locally;
+gather the entropy features of all ranks and measure
 (:class:`~myriad.distributed.torchdist.measure.RankEntropyMeasurement`: the entropies and
 coverage of the whole population on every rank, the reward of its own states); PPO on the
 rank's own samples with gradients averaged over the ranks
@@ -16,17 +18,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import torch
-
 from myriad.distributed.torchdist.group import RankGroup, check_sharding
-from myriad.distributed.torchdist.measure import RankEntropyMeasurement
-from myriad.distributed.torchdist.runner import RankLocalState, RankRunnerMixin, train_on_ranks
-from myriad.distributed.torchdist.sync import (
-    GradientAverager,
-    SummedEpisodeTracker,
-    broadcast_module_,
-    share_normalizers,
-)
+from myriad.distributed.torchdist.role import RankRole
+from myriad.distributed.torchdist.runner import train_on_ranks
 from myriad.pretrain.runner import PretrainRunner
 from myriad.utils.config import ConfigError
 from myriad.utils.launch import RunRequest
@@ -53,84 +47,14 @@ def check_launch(cfg: Mapping[str, Any], world_size: int) -> None:
         )
 
 
-class _RowsSentToWriter:
-    """The dataset of a rank other than 0: its rows went to rank 0 in ``_rollout_rows``."""
-
-    def record(self, rows: Mapping[str, torch.Tensor]) -> None:
-        pass
-
-    def finish(self, iteration: int) -> None:
-        return None
-
-    def close(self) -> None:
-        pass
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any], iteration: int) -> None:
-        pass
-
-
-class ShardedPretrainRunner(RankRunnerMixin, PretrainRunner):
-    """:class:`~myriad.pretrain.runner.PretrainRunner` on one rank of a launch (arguments:
-    :class:`~myriad.distributed.torchdist.runner.RankRunnerMixin`)."""
-
-    check_launch = staticmethod(check_launch)
-
-    def __init__(
-        self, cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
-    ) -> None:
-        super().__init__(cfg, run_dir, ranks)
-        cfg = self.config
-        envs = ranks.env_shard(len(self.member), self.num_members)
-        # Seeded alike, the replicas start equal; the broadcast makes sure of it (GPU inits).
-        broadcast_module_(self.model, ranks)
-        share_normalizers(self.model, ranks)
-        self.algorithm.grad_sync = GradientAverager(ranks, self.algorithm.parameters)
-        obj_cfg = cfg["objective"]
-        self.measure = RankEntropyMeasurement(
-            ranks,
-            envs,
-            int(obj_cfg["k"]),
-            self.num_members,
-            self.env.features.dim,
-            backend=str(obj_cfg.get("backend", "auto")),
-            min_distance=float(obj_cfg.get("min_distance", 1e-3)),
-        )
-        self.collector.episodes = SummedEpisodeTracker(self.collector.episodes, ranks)
-        self.rank_state = RankLocalState(ranks, self.collector)
-        if not ranks.is_writer:
-            self.videos = None
-            if self.dataset is not None:
-                self.dataset = _RowsSentToWriter()  # type: ignore[assignment]
-
-    # -- the rank's share --------------------------------------------------------------------
-    def env_shard(self, num_envs: int, num_members: int, seed: int) -> tuple[slice, int]:
-        return self.ranks.env_shard(num_envs, num_members), self.ranks.stream_seed(seed)
-
-    def _gathered(self, local: torch.Tensor, dim: int = 1) -> torch.Tensor:
-        return self.ranks.all_gather_cat(local, dim)
-
-    def _rollout_rows(self) -> dict[str, torch.Tensor]:
-        """Every rank's transitions, ``[T, E, ...]`` per column, on rank 0 (empty elsewhere)."""
-        rows = super()._rollout_rows()
-        gathered = {name: self.ranks.gather_cat(value, dim=1) for name, value in rows.items()}
-        return {k: v for k, v in gathered.items() if v is not None}
-
-    def state_objects(self) -> dict[str, Any]:
-        return {**super().state_objects(), "collector": self.rank_state}
-
-    @torch.no_grad()
-    def evaluate(self, episodes: int = 1) -> dict[str, Any]:
-        """Rank 0 evaluates the whole population alone (the replicas are equal)."""
-        if not self.ranks.is_writer:
-            return {}
-        return super().evaluate(episodes)
-
-    def finish(self) -> dict[str, Any]:
-        """Rank 0's summary, on every rank."""
-        return self.ranks.broadcast_object(super().finish())
+def pretrain_runner(
+    cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], ranks: RankGroup
+) -> PretrainRunner:
+    """This rank's :class:`~myriad.pretrain.runner.PretrainRunner` (with a
+    :class:`~myriad.distributed.torchdist.role.RankRole`), once :func:`check_launch` accepts the
+    config."""
+    check_launch(cfg, ranks.world_size)
+    return PretrainRunner(cfg, run_dir, role=RankRole(ranks))
 
 
 def pretrain_on_ranks(request: RunRequest) -> dict[str, Any]:
@@ -147,7 +71,7 @@ def pretrain_on_ranks(request: RunRequest) -> dict[str, Any]:
         "pretrain",
         configure,
         lambda cfg: str(cfg["env"]["name"]),
-        ShardedPretrainRunner,
+        pretrain_runner,
         resume=request.resume,
         run_dir=request.run_dir,
         overwrite=request.overwrite,
