@@ -383,8 +383,9 @@ class RemoteVecEnv(VecEnv):
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Every shard's state (:meth:`EnvWorker.get_state`) and the learner-side episode
-        counters, so that :meth:`load_state_dict` continues every episode exactly.
+        """Every shard's state (:meth:`EnvWorker.get_state`), the reset seed and the
+        learner-side episode counters, so that :meth:`load_state_dict` continues every episode
+        exactly.
 
         ``exact`` is False when a shard's env keeps simulator state outside its tensors (MuJoCo
         physics, a wrapped Gymnasium env): such a checkpoint restores the counters only.
@@ -399,7 +400,6 @@ class RemoteVecEnv(VecEnv):
             "sizes": [sl.stop - sl.start for sl in self.slices],
             "shards": shards,
             "base_seed": self._base_seed,
-            "restarts": list(self.stats.restarts),
             "last_obs": torch.from_numpy(self._last_obs.copy()),
             "features": torch.from_numpy(self._cur_features.copy()),
             "episode_return": torch.from_numpy(self._ep_return.copy()),
@@ -426,9 +426,8 @@ class RemoteVecEnv(VecEnv):
         refs = [a.set_state.remote(sh) for a, sh in zip(self.actors, state["shards"])]
         self.gather(refs, "set_state", recover=False)
         self._pending = None
+        # The restart counts (and max_restarts) start afresh: these are new worker processes.
         self._base_seed = int(state["base_seed"])
-        # Restarts count on: a worker restarted after the resume gets a seed never used before.
-        self.stats.restarts = [int(r) for r in state["restarts"]]
         self._last_obs = state["last_obs"].numpy().copy()
         self._cur_features = state["features"].numpy().copy()
         self._ep_return = state["episode_return"].numpy().copy()

@@ -165,8 +165,8 @@ def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> str | None:
         stats.load_state_dict(episode)
     if "generator" in state:
         env.generator.set_state(state["generator"])  # type: ignore[attr-defined]
-    # Checkpoints written before "exact" was recorded restored torch envs as they do now.
-    if state.get("exact", isinstance(env, TensorVecEnv)):
+    # Checkpoints written before "exact" was recorded: the env's own kind says it.
+    if state.get("exact", isinstance(env, TensorVecEnv) and env.state_in_tensors):
         return None
     return f"{type(env).__name__} keeps simulator state outside its tensors"
 
