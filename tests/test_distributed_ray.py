@@ -85,6 +85,30 @@ def test_remote_matches_local_shards(remote):
     assert torch.equal(remote.reset(5), obs_local)
 
 
+def test_state_dict_restores_every_shard_exactly(remote):
+    """A checkpoint taken mid-episode, loaded after more steps, replays the same steps: the
+    workers' env state and the learner-side episode counters come back (checkpoints load
+    ``weights_only``, so the state must survive that too)."""
+    import io
+
+    remote.reset(11)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        remote.step(torch.rand(7, 2, generator=gen) * 2 - 1)
+    buffer = io.BytesIO()
+    torch.save(remote.state_dict(), buffer)
+    actions = [torch.rand(7, 2, generator=gen) * 2 - 1 for _ in range(9)]  # past the time limit
+    first = [remote.step(a) for a in actions]
+    buffer.seek(0)
+    assert remote.load_state_dict(torch.load(buffer, weights_only=True)) is None
+    for a, (obs, reward, term, trunc, info) in zip(actions, first):
+        again = remote.step(a)
+        for got, want in zip(again[:4], (obs, reward, term, trunc)):
+            assert torch.equal(got, want)
+        for key in ("final_obs", "episode_return", "episode_length"):
+            assert torch.equal(again[4][key], info[key]), key
+
+
 def test_remote_env_passes_contract_checker(remote):
     report = check_env(remote, steps=12)
     assert report.ok, report.failures()

@@ -153,6 +153,24 @@ class DatasetRecorder:
         self.writer = None
         return path
 
+    def cut_episodes(self) -> int:
+        """End every unfinished episode here, as a truncation (its last row flagged as a
+        timeout, as :meth:`finish` does), and stage its rows; returns how many were cut.
+
+        A resume whose envs could not be restored exactly (they restart from a reset) calls
+        this: the saved partial episodes have no continuation, and appending the new episodes
+        to them would join two unrelated trajectories. Their rows count to the iteration they
+        were collected in.
+        """
+        if self.writer is None:
+            return 0  # nothing staged: a fresh run, or one already published at this point
+        rows, last = self.assembler.flush()
+        rows["timeouts"] = rows["timeouts"] | last
+        self.writer.append(rows)
+        if self.iteration_rows:
+            self.iteration_rows[-1] = self.rows
+        return int(last.sum())
+
     def close(self) -> None:
         """Release the file; staged rows stay in ``<path>.partial`` for a resume."""
         if self.writer is not None:

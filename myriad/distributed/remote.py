@@ -381,6 +381,59 @@ class RemoteVecEnv(VecEnv):
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
 
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Every shard's state (:meth:`EnvWorker.get_state`), the reset seed and the
+        learner-side episode counters, so that :meth:`load_state_dict` continues every episode
+        exactly.
+
+        ``exact`` is False when a shard's env keeps simulator state outside its tensors (MuJoCo
+        physics, a wrapped Gymnasium env): such a checkpoint restores the counters only.
+        """
+        self._check_open()
+        if self._base_seed is None:
+            return {"exact": False, "reset": False}
+        shards = self.gather([a.get_state.remote() for a in self.actors], "get_state", False)
+        return {
+            "exact": all(bool(sh["env"].get("exact", False)) for sh in shards),
+            "reset": True,
+            "sizes": [sl.stop - sl.start for sl in self.slices],
+            "shards": shards,
+            "base_seed": self._base_seed,
+            "last_obs": torch.from_numpy(self._last_obs.copy()),
+            "features": torch.from_numpy(self._cur_features.copy()),
+            "episode_return": torch.from_numpy(self._ep_return.copy()),
+            "episode_length": torch.from_numpy(self._ep_length.copy()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> str | None:
+        """Put every shard back in the state of :meth:`state_dict`.
+
+        Returns:
+            None when done exactly; otherwise why it cannot be (the env keeps state outside its
+            tensors, or the checkpoint's shards differ from these workers'), with nothing
+            changed: reset the env before stepping it (see
+            :func:`myriad.rl.collector.load_env_state_dict`).
+        """
+        self._check_open()
+        if not state.get("reset", False):
+            return "the checkpoint was taken before the first reset"
+        if not state["exact"]:
+            return f"the env {self.name!r} keeps simulator state outside its tensors"
+        sizes = [sl.stop - sl.start for sl in self.slices]
+        if list(state["sizes"]) != sizes:
+            return f"the checkpoint's shards have {list(state['sizes'])} envs, these {sizes}"
+        refs = [a.set_state.remote(sh) for a, sh in zip(self.actors, state["shards"])]
+        self.gather(refs, "set_state", recover=False)
+        self._pending = None
+        # The restart counts (and max_restarts) start afresh: these are new worker processes.
+        self._base_seed = int(state["base_seed"])
+        self._last_obs = state["last_obs"].numpy().copy()
+        self._cur_features = state["features"].numpy().copy()
+        self._ep_return = state["episode_return"].numpy().copy()
+        self._ep_length = state["episode_length"].numpy().copy()
+        return None
+
     def as_gymnasium(self) -> VecEnvToGymnasium:
         """This env as a ``gymnasium.vector.VectorEnv`` (NumPy in and out, same-step reset)."""
         from myriad.envs.gymnasium import VecEnvToGymnasium

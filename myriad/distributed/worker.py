@@ -29,6 +29,7 @@ from myriad.distributed.policy import (
 )
 from myriad.distributed.shards import POLICY_STREAM, derive_seed
 from myriad.envs.registry import make
+from myriad.rl.collector import env_state_dict, load_env_state_dict
 from myriad.utils.seeding import make_generator
 from myriad.utils.tensors import resolve_device
 
@@ -165,6 +166,29 @@ class EnvWorker:
 
     def current_features(self) -> np.ndarray:
         return to_numpy(self.env.current_features())
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """This shard's resumable state: ``env`` (:func:`~myriad.rl.collector.env_state_dict`,
+        whose ``exact`` says whether it restores the env exactly), ``obs [n, O]`` of the current
+        states and the policy-stream ``generator``; tensors only, as checkpoints load them."""
+        self._require_reset()
+        assert self._obs is not None  # _require_reset raised otherwise
+        return {
+            "env": env_state_dict(self.env),
+            "obs": self._obs.detach().cpu().clone(),
+            "generator": self.generator.get_state(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Restore a :meth:`get_state` of a shard of the same size; returns ``(obs [n, O],
+        features [n, p])`` of the restored states."""
+        reason = load_env_state_dict(self.env, state["env"])
+        if reason is not None:
+            raise RuntimeError(f"shard {self.shard}: {reason}; reset it instead")
+        self._obs = state["obs"].to(self.device)
+        self.generator.set_state(state["generator"])
+        return to_numpy(self._obs), to_numpy(self.env.current_features())
 
     # -- worker-side inference ----------------------------------------------------------------
     def set_policy(

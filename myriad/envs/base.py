@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -304,7 +304,15 @@ class TensorVecEnv(VecEnv):
         device: torch device of all state.
         validate: check actions (shape, device, NaN) on every step. Costs one device sync per
             step on CUDA; disable in tuned GPU loops once the policy is known to be sane.
+
+    Attributes:
+        state_in_tensors: every piece of simulator state is a tensor attribute (or the
+            ``generator``), so a checkpoint of those tensors restores the env exactly
+            (:func:`myriad.rl.collector.env_state_dict`). Subclasses that keep state elsewhere
+            (a physics engine's buffers) set it to False: a resumed run then resets them.
     """
+
+    state_in_tensors: ClassVar[bool] = True
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", validate: bool = True):
         if int(num_envs) < 1:

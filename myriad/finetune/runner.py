@@ -11,7 +11,9 @@ adds the final evaluation, the KL heatmap and the overview figure.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from myriad.assess.diagnostics import Diagnostics
@@ -326,6 +328,20 @@ class FinetuneRunner(OnPolicyRunner):
             "collector": self.collector_state,
             "finetune": _RunnerState(self),
         }
+
+    def resume(self, path: str | os.PathLike[str]) -> Path:
+        """:meth:`RunnerBase.resume`; envs that cannot be put back in their saved state
+        (MuJoCo physics, see :func:`myriad.rl.collector.load_env_state_dict`) restart from a
+        reset before the next rollout, which one line on stderr says."""
+        source = super().resume(path)
+        why = self.collector.env_not_restored
+        if why is not None and self.role.is_writer:  # one note per launch
+            print(
+                f"myriad: note: the envs cannot be restored exactly ({why}): they restart from "
+                "a reset",
+                file=sys.stderr,
+            )
+        return source
 
 
 class _RunnerState:

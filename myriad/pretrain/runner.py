@@ -9,8 +9,10 @@ episodes to the dataset, and log. The runner base owns the loop, checkpoints and
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -209,6 +211,24 @@ class PretrainRunner(OnPolicyRunner):
             **({"progress": self.coverage} if self.coverage is not None else {}),
             **({"dataset": _DatasetState(self)} if self.dataset is not None else {}),
         }
+
+    def resume(self, path: str | os.PathLike[str]) -> Path:
+        """:meth:`RunnerBase.resume`; when the envs could not be put back in their saved state
+        (remote workers of an env whose simulator state is not in tensors, a changed worker
+        layout), says so on stderr and ends the dataset's unfinished episodes as truncations:
+        the envs restart from a reset, and no saved episode is continued by another."""
+        source = super().resume(path)
+        why = self.collector.env_not_restored
+        if why is not None:
+            cut = self.dataset.cut_episodes() if self.dataset is not None else 0
+        if why is not None and self.role.is_writer:  # one note per launch
+            print(
+                f"myriad: note: the envs cannot be restored exactly ({why}): they restart from "
+                f"a reset, and the dataset's {cut} unfinished episodes end as truncated at the "
+                "checkpoint",
+                file=sys.stderr,
+            )
+        return source
 
     @torch.no_grad()
     def evaluate(self, episodes: int = 1) -> dict[str, Any]:

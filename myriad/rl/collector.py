@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from myriad.envs.base import EpisodeStats, VecEnv
+from myriad.envs.base import EpisodeStats, TensorVecEnv, VecEnv
 from myriad.nn.population import PopulationActorCritic, block_members, is_blocked
 from myriad.rl.storage import RolloutStorage
 
@@ -121,14 +121,16 @@ def env_state_dict(env: VecEnv) -> dict[str, Any]:
     Uses ``env.state_dict()`` when the env defines it. Otherwise captures every tensor
     attribute, the running episode statistics and the ``generator`` of the env, which is the
     whole state of torch envs that keep their state in tensors (as
-    :class:`~myriad.envs.base.TensorVecEnv` subclasses do); envs holding state elsewhere should
-    define ``state_dict`` / ``load_state_dict``.
+    :class:`~myriad.envs.base.TensorVecEnv` subclasses do, unless they set ``state_in_tensors``
+    to False); envs holding state elsewhere should define ``state_dict`` / ``load_state_dict``.
+    ``state["exact"]`` says whether loading the state puts the env back exactly where it was.
     """
     state_dict = getattr(env, "state_dict", None)
     if callable(state_dict):
         return {"state_dict": state_dict()}
     tensors = {k: v.detach().cpu().clone() for k, v in vars(env).items() if torch.is_tensor(v)}
-    state: dict[str, Any] = {"tensors": tensors}
+    exact = isinstance(env, TensorVecEnv) and env.state_in_tensors
+    state: dict[str, Any] = {"tensors": tensors, "exact": exact}
     episode = getattr(env, "episode", None)
     if isinstance(episode, EpisodeStats):
         state["episode"] = episode.state_dict()
@@ -138,11 +140,17 @@ def env_state_dict(env: VecEnv) -> dict[str, Any]:
     return state
 
 
-def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> None:
-    """Restore a state captured by :func:`env_state_dict`."""
+def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> str | None:
+    """Restore a state captured by :func:`env_state_dict`.
+
+    Returns:
+        None when ``env`` is now exactly in the saved state; otherwise why not (the env's
+        simulator state lives outside its tensors, or its ``load_state_dict`` said so by
+        returning a reason): the caller must reset the env before stepping it again.
+    """
     if "state_dict" in state:
-        env.load_state_dict(state["state_dict"])  # type: ignore[attr-defined]
-        return
+        reason = env.load_state_dict(state["state_dict"])  # type: ignore[attr-defined]
+        return reason if isinstance(reason, str) else None
     tensors = dict(state["tensors"])
     episode = state.get("episode")
     for name, value in tensors.items():
@@ -157,6 +165,10 @@ def load_env_state_dict(env: VecEnv, state: dict[str, Any]) -> None:
         stats.load_state_dict(episode)
     if "generator" in state:
         env.generator.set_state(state["generator"])  # type: ignore[attr-defined]
+    # Checkpoints written before "exact" was recorded: the env's own kind says it.
+    if state.get("exact", isinstance(env, TensorVecEnv) and env.state_in_tensors):
+        return None
+    return f"{type(env).__name__} keeps simulator state outside its tensors"
 
 
 class RolloutCollector:
@@ -205,6 +217,8 @@ class RolloutCollector:
         self.episodes = EpisodeTracker(m, env.device, per_member)
         self.obs: torch.Tensor | None = None
         self._final_obs: torch.Tensor | None = None
+        # Set by load_state_dict: why the env could not be restored exactly (None: it was).
+        self.env_not_restored: str | None = None
 
     def make_storage(self, num_steps: int, **options: Any) -> RolloutStorage:
         """A storage shaped for this collector's env, model and member layout."""
@@ -319,9 +333,12 @@ class RolloutCollector:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_env_state_dict(self.env, state["env"])
+        """Restore a :meth:`state_dict`. When the env cannot be put back exactly
+        (:func:`load_env_state_dict`), :attr:`env_not_restored` says why and the next rollout
+        starts from a reset: its episodes are new ones, never continuations of the saved ones."""
+        self.env_not_restored = load_env_state_dict(self.env, state["env"])
         obs = state["obs"]
-        self.obs = None if obs is None else obs.to(self.env.device)
+        self.obs = None if obs is None or self.env_not_restored else obs.to(self.env.device)
         self.episodes.load_state_dict(state["episodes"])
         if self.generator is not None and "generator" in state:
             self.generator.set_state(state["generator"])

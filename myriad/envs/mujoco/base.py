@@ -45,6 +45,10 @@ class MujocoVecEnv(TensorVecEnv):
         validate: check actions on every step (see :class:`TensorVecEnv`).
     """
 
+    # The physics state lives in the backend's buffers (MjData, Warp arrays), not in tensor
+    # attributes: a checkpoint cannot restore it, so a resumed run resets these envs.
+    state_in_tensors = False
+
     def __init__(
         self,
         num_envs: int,
