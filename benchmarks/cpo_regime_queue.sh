@@ -19,6 +19,8 @@ INIT='runs/bench/cpo_regime/pretrain/maze-far-b6x4096-seed{seed}'
 # One seed of the scale sweep before more seeds: where, if anywhere, the leader gains.
 "$PY" $B run --algos ppo,cpo,sapg --seeds 0 --envs-per-block 512
 "$PY" $B run --algos ppo,cpo,sapg --seeds 0 --envs-per-block 64
+# HalfCheetah in the regime's form at the scale this CPU steps (1,536 envs, 10^7 env steps).
+"$PY" $B run --task halfcheetah --envs-per-block 256 --env-steps 1e7 --algos ppo,sapg,cpo,pbt --seeds 0-4
 "$PY" $B run --algos ppo,cpo,sapg,pbt --seeds 1-4
 "$PY" $B pretrain --seeds 1-4 --env-steps 1e7
 "$PY" $B run --algos cpo,ppo --seeds 1-4 --init-from "$INIT"
