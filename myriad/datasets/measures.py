@@ -157,28 +157,11 @@ class DatasetMeasures:
         reached = None
         if self.reward is not None:
             _, reached = self.reward(self.reward.positions(rows["next_observations"]))
-        for m in np.unique(member):
-            sel = member == m
+        targets = [(self._group(int(m)), member == m) for m in np.unique(member)]
+        for group, sel in [*targets, (self.union, np.ones(n, bool))]:
             self._add(
-                self._group(int(m)),
-                sel,
-                keys,
-                rows,
-                cell,
-                inside,
-                pair if cell is not None else None,
-                reached,
+                group, sel, keys, rows, cell, inside, pair if cell is not None else None, reached
             )
-        self._add(
-            self.union,
-            np.ones(n, bool),
-            keys,
-            rows,
-            cell,
-            inside,
-            pair if cell is not None else None,
-            reached,
-        )
 
     def _add(
         self,
