@@ -331,3 +331,15 @@ def _rank_main(run: str, report: str) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(_rank_main(sys.argv[1], sys.argv[2]))
+
+
+def test_ray_env_workers_and_ranks_are_refused_for_both_stages():
+    from myriad.distributed.torchdist.finetune import check_finetune_launch
+    from myriad.distributed.torchdist.pretrain import check_launch
+    from myriad.utils.config import compose
+
+    pre = compose("pretrain", ["distributed=local"])
+    fine = compose("finetune", ["algo=cpo", "distributed=local"])
+    for check, cfg in ((check_launch, pre), (check_finetune_launch, fine)):
+        with pytest.raises(ConfigError, match="torchrun ranks do not combine"):
+            check(cfg, 2)

@@ -39,7 +39,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from myriad.distributed.torchdist.group import RankGroup, check_sharding
+from myriad.distributed.torchdist.group import RankGroup, check_no_env_workers, check_sharding
 from myriad.distributed.torchdist.role import RankRole
 from myriad.distributed.torchdist.runner import train_on_ranks
 from myriad.finetune.runner import FinetuneRunner
@@ -65,11 +65,7 @@ def check_finetune_launch(cfg: Mapping[str, Any], world_size: int) -> None:
             f"num_envs={num_envs} does not split over {world_size} torchrun ranks: use a "
             f"multiple of {world_size}"
         )
-    if cfg.get("distributed"):
-        raise ConfigError(
-            "distributed=local|cluster (envs on Ray workers) and torchrun ranks do not combine: "
-            "drop distributed= or launch without torchrun"
-        )
+    check_no_env_workers(cfg)
 
 
 def finetune_runner(

@@ -49,6 +49,19 @@ def launched_world_size(environ: Mapping[str, str] | None = None) -> int:
     return value
 
 
+def check_no_env_workers(cfg: Mapping[str, Any]) -> None:
+    """Refuse envs on Ray workers under torchrun ranks (each rank steps its envs itself).
+
+    Raises:
+        ConfigError: ``cfg`` has a ``distributed`` preset.
+    """
+    if cfg.get("distributed"):
+        raise ConfigError(
+            "distributed=local|cluster (envs on Ray workers) and torchrun ranks do not combine: "
+            "drop distributed= or launch without torchrun"
+        )
+
+
 def check_sharding(num_members: int, world_size: int) -> None:
     """Refuse a population that does not split into equal member shards over the ranks.
 

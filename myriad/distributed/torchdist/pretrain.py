@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from myriad.distributed.torchdist.group import RankGroup, check_sharding
+from myriad.distributed.torchdist.group import RankGroup, check_no_env_workers, check_sharding
 from myriad.distributed.torchdist.role import RankRole
 from myriad.distributed.torchdist.runner import train_on_ranks
 from myriad.pretrain.runner import PretrainRunner
@@ -40,11 +40,7 @@ def check_launch(cfg: Mapping[str, Any], world_size: int) -> None:
             f"objective={cfg['objective']['name']} runs in one process only; under torchrun use "
             "objective=knn_reward"
         )
-    if cfg.get("distributed"):
-        raise ConfigError(
-            "distributed=local|cluster (envs on Ray workers) and torchrun ranks do not combine: "
-            "drop distributed= or launch without torchrun"
-        )
+    check_no_env_workers(cfg)
 
 
 def pretrain_runner(
