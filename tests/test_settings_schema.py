@@ -14,13 +14,12 @@ from myriad.finetune.algorithms import ALGORITHMS, build_algorithm
 from myriad.finetune.cpo import CPO, CPOConfig
 from myriad.finetune.sapg import SAPGConfig
 from myriad.finetune.settings import (
-    ENV_SIZES,
     FinetuneSettings,
     algo_defaults,
     check_finetune_config,
     describe_finetune,
 )
-from myriad.nn.population import PopulationConfig, build_population
+from myriad.nn.population import ENV_SIZE_FIELDS, PopulationConfig, build_population
 from myriad.pretrain.settings import (
     OBJECTIVES,
     POPULATION_DEFAULTS,
@@ -63,7 +62,7 @@ def test_pretrain_yaml_holds_exactly_the_schema_defaults() -> None:
 
 
 def test_population_yaml_holds_exactly_the_population_defaults() -> None:
-    assert packaged("population/default.yaml") == defaults(PopulationConfig, skip=ENV_SIZES)
+    assert packaged("population/default.yaml") == defaults(PopulationConfig, skip=ENV_SIZE_FIELDS)
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
@@ -103,7 +102,7 @@ def test_python_defaults_and_the_cli_build_the_same_cpo() -> None:
         (["algo.kl_target=-1"], "algo.kl_target=-1 is out of range: it must be > 0"),
         (["algo.weighting=both"], "algo.weighting='both' is not known: it must be one of"),
         (["algo.setpoint.low=2"], "algo.setpoint.low=2 is out of range: it must be in (0, 1)"),
-        (["+algo.kl_targ=0.2"], "algo=cpo has no setting 'kl_targ'"),
+        (["+algo.kl_targ=0.2"], "algo=cpo has no setting(s) ['kl_targ']"),
         (["+ppo.epoch=3"], "ppo has no key 'epoch'"),
         (["eval.perturb=wall"], "eval.perturb='wall' is not known"),
         (["population.activation=swish"], "population.activation='swish' is not known"),

@@ -139,6 +139,29 @@ def check_algorithm_config(name: str) -> str:
     return name
 
 
+def algorithm_sections(algo: Mapping[str, Any]) -> tuple[str, list[tuple[type, dict[str, Any]]]]:
+    """An ``algo`` config section split into its algorithm's name and, per settings dataclass
+    of :attr:`AlgorithmEntry.settings`, the keys that are its fields.
+
+    Raises:
+        ConfigError: unknown algorithm, or a key that no settings dataclass has (the message
+            lists the algorithm's settings).
+    """
+    values = {k: v for k, v in algo.items() if k != "name"}
+    name = check_algorithm(str(algo.get("name")))
+    entry = ALGORITHMS[name]
+    known = {field for cls in entry.settings for field in field_names(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigError(
+            f"algo={name} has no setting(s) {unknown}; its settings: "
+            f"{', '.join(sorted(known | {'name'}))}"
+        )
+    return name, [
+        (cls, {k: v for k, v in values.items() if k in field_names(cls)}) for cls in entry.settings
+    ]
+
+
 def build_algorithm(
     cfg: Mapping[str, Any], model: PopulationActorCritic, seed: int
 ) -> FinetuneAlgorithm:
@@ -148,22 +171,11 @@ def build_algorithm(
         ConfigError: unknown algorithm or setting, a bad setting, or a population size the
             algorithm cannot use.
     """
-    algo = dict(cfg["algo"])
-    name = check_algorithm(str(algo.pop("name")))
+    name, sections = algorithm_sections(cfg["algo"])
     entry = ALGORITHMS[name]
-    known = {field for cls in entry.settings for field in field_names(cls)}
-    unknown = sorted(set(algo) - known)
-    if unknown:
-        raise ConfigError(
-            f"algo={name} has no setting(s) {unknown}; its settings: "
-            f"{', '.join(sorted(known | {'name'}))}"
-        )
     usable, message = entry.members
     if not usable(model.num_members):
         raise ConfigError(message.format(name=name, m=model.num_members))
-    settings: tuple[Any, ...] = tuple(
-        from_config(cls, {k: v for k, v in algo.items() if k in field_names(cls)}, "algo")
-        for cls in entry.settings
-    )
+    settings: tuple[Any, ...] = tuple(from_config(cls, values, "algo") for cls, values in sections)
     generator = make_generator(stream_seed(seed, "minibatches"), model.log_std.device)
     return entry.build(Inputs(model, ppo_config(cfg), settings, generator, seed))

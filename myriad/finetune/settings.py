@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from myriad.assess.evaluation import PERTURBATIONS
-from myriad.finetune.algorithms import ALGORITHMS, check_algorithm
-from myriad.nn.population import PopulationConfig
+from myriad.finetune.algorithms import ALGORITHMS, algorithm_sections, check_algorithm
+from myriad.nn.population import ENV_SIZE_FIELDS, PopulationConfig
 from myriad.rl.ppo import PPOConfig
-from myriad.utils.config import ConfigError
 from myriad.utils.run_settings import RunSettings
 from myriad.utils.settings import (
     SettingRow,
@@ -32,9 +31,6 @@ from myriad.utils.settings import (
     one_of,
     setting,
 )
-
-#: PopulationConfig's fields that come from the env, not the config.
-ENV_SIZES = ("obs_dim", "action_dim")
 
 
 @dataclass
@@ -131,7 +127,7 @@ def describe_finetune(algo: str) -> list[SettingRow]:
     ``algo``."""
     presets = ALGORITHMS[check_algorithm(algo)].presets
     rows = describe(FinetuneSettings)
-    rows += describe(PopulationConfig, "population.", skip=ENV_SIZES)
+    rows += describe(PopulationConfig, "population.", skip=ENV_SIZE_FIELDS)
     rows = [r._replace(default=presets.get(r.key, r.default)) for r in rows]
     rows.append(
         SettingRow(
@@ -153,21 +149,11 @@ def check_finetune_config(cfg: Mapping[str, Any]) -> None:
     run = {k: v for k, v in cfg.items() if k not in OWN_SCHEMA}
     check_values(FinetuneSettings, run, "")
     if isinstance(cfg.get("population"), Mapping):
-        check_values(PopulationConfig, cfg["population"], "population", skip=ENV_SIZES)
+        check_values(PopulationConfig, cfg["population"], "population", skip=ENV_SIZE_FIELDS)
     algo = cfg.get("algo")
     if isinstance(algo, Mapping):
-        name = str(algo.get("name"))
-        check_algorithm(name)
-        for key in algo:
-            if key != "name" and not any(
-                key in {f for f in defaults(cls)} for cls in ALGORITHMS[name].settings
-            ):
-                known = sorted(algo_defaults(name))
-                raise ConfigError(
-                    f"algo={name} has no setting {key!r}; its settings: {', '.join(known)}"
-                )
-        for cls in ALGORITHMS[name].settings:
-            check_values(cls, {k: v for k, v in algo.items() if k in defaults(cls)}, "algo")
+        for cls, values in algorithm_sections(algo)[1]:
+            check_values(cls, values, "algo")
 
 
 #: The CPO keys that are the set point's initial values when a KL target is set.

@@ -754,12 +754,15 @@ class PopulationActorCritic(nn.Module):
         return new
 
 
+#: The fields of :class:`PopulationConfig` that come from the env, not from the config.
+ENV_SIZE_FIELDS: tuple[str, ...] = ("obs_dim", "action_dim")
+
 #: The fields of a population config that define its architecture: everything but the size and
 #: the env's sizes. ``--init`` takes them from the pretrained population.
 ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
     name
     for name in field_names(PopulationConfig)
-    if name not in ("obs_dim", "action_dim", *LOADABLE_DIFFERENCES)
+    if name not in (*ENV_SIZE_FIELDS, *LOADABLE_DIFFERENCES)
 )
 
 

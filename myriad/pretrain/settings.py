@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from myriad.entropy.knn import BACKENDS
-from myriad.nn.population import PopulationConfig
+from myriad.nn.population import ENV_SIZE_FIELDS, PopulationConfig
 from myriad.rl.ppo import PPOConfig
 from myriad.utils.config import ConfigError
 from myriad.utils.run_settings import RunSettings
@@ -28,9 +28,6 @@ from myriad.utils.settings import (
     positive,
     setting,
 )
-
-#: PopulationConfig's fields that come from the env, not the config.
-ENV_SIZES = ("obs_dim", "action_dim")
 
 #: Where pretraining's population defaults differ from PopulationConfig's: one return statistic
 #: for the population (every member is paid the same collective reward).
@@ -134,7 +131,7 @@ def objective_settings(name: str) -> type:
 def describe_pretrain(objective: str = "knn_reward") -> list[SettingRow]:
     """Every key of ``myriad pretrain`` with ``objective=<objective>``."""
     rows = describe(PretrainSettings)
-    for row in describe(PopulationConfig, "population.", skip=ENV_SIZES):
+    for row in describe(PopulationConfig, "population.", skip=ENV_SIZE_FIELDS):
         name = row.key.removeprefix("population.")
         rows.append(row._replace(default=POPULATION_DEFAULTS.get(name, row.default)))
     return rows + describe(objective_settings(objective), "objective.")
@@ -148,7 +145,7 @@ def check_pretrain_config(cfg: Mapping[str, Any]) -> None:
     """
     check_values(PretrainSettings, {k: v for k, v in cfg.items() if k not in OWN_SCHEMA}, "")
     if isinstance(cfg.get("population"), Mapping):
-        check_values(PopulationConfig, cfg["population"], "population", skip=ENV_SIZES)
+        check_values(PopulationConfig, cfg["population"], "population", skip=ENV_SIZE_FIELDS)
     objective = cfg.get("objective")
     if isinstance(objective, Mapping):
         cls = objective_settings(str(objective.get("name")))

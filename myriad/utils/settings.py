@@ -259,10 +259,15 @@ def from_config(cls: type[T], values: Mapping[str, Any], section: str, **fixed: 
             the wrong type (naming the type) or out of its range, or a value the dataclass
             refuses (its message). Nested sections are built into their own dataclasses.
     """
-    check_values(cls, values, section, skip=tuple(fixed))
+    check_values(cls, values, section, skip=tuple(fixed))  # nested sections included
+    return _build(cls, values, section, fixed)
+
+
+def _build(cls: type[T], values: Mapping[str, Any], section: str, fixed: Mapping[str, Any]) -> T:
+    """:func:`from_config` after its check: nested sections become their dataclasses."""
     hints = typing.get_type_hints(cls)
     built = {
-        key: from_config(sub, value, f"{section}.{key}")
+        key: _build(sub, value, f"{section}.{key}", {})
         if (sub := _section_class(hints[key])) is not None and isinstance(value, Mapping)
         else value
         for key, value in values.items()
