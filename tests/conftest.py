@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,3 +121,26 @@ def tiny_cpo(tiny_pretrain: PretrainedRun, tmp_path_factory: pytest.TempPathFact
     overrides += ["num_envs=16", "iterations=2", "env=four_rooms", "init.episodes=2"]
     finetune("cpo", overrides, init=tiny_pretrain.path, run_dir=folder, quiet=True)
     return folder
+
+
+def run_myriad(args: list[str], cwd: Path, kill_at: str | None = None) -> str:
+    """Run ``myriad`` in a child process; returns its stderr. With ``kill_at`` (a
+    ``MYRIAD_KILL_AT`` point, see myriad.utils.faults) it must die there by SIGKILL, else it must
+    succeed."""
+    from myriad.utils.faults import ENV_VAR
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env.pop(ENV_VAR, None)
+    if kill_at is not None:
+        env[ENV_VAR] = kill_at
+    child = subprocess.run(
+        [sys.executable, "-m", "myriad.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=cwd,
+    )
+    expected = -signal.SIGKILL if kill_at is not None else 0
+    assert child.returncode == expected, (args, kill_at, child.returncode, child.stderr[-3000:])
+    return child.stderr

@@ -10,18 +10,14 @@ tests/test_distributed_ray.py for a loaded machine.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_myriad
 
 from myriad.cli import main
 from myriad.datasets import read_d4rl
-from myriad.utils.faults import ENV_VAR
 
 pytest.importorskip("ray")
 
@@ -47,33 +43,13 @@ RUN = [
 NOTE = "myriad: note: the envs cannot be restored exactly"
 
 
-def myriad(args: list[str], cwd: Path, kill_at: str | None = None) -> str:
-    """Run ``myriad`` in a child process; returns its stderr. With ``kill_at`` it must die by
-    SIGKILL at that point, else it must succeed."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    env.pop(ENV_VAR, None)
-    if kill_at is not None:
-        env[ENV_VAR] = kill_at
-    child = subprocess.run(
-        [sys.executable, "-m", "myriad.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=cwd,
-    )
-    expected = -signal.SIGKILL if kill_at is not None else 0
-    assert child.returncode == expected, (args, child.returncode, child.stderr[-3000:])
-    return child.stderr
-
-
 def killed_and_resumed(tmp_path: Path, overrides: list[str]) -> tuple[dict, str]:
     """Kill a run when its first checkpoint is saved, resume it; returns the dataset and the
     resume's stderr, after checking that the run finished and its dataset verifies and
     validates."""
-    myriad(["pretrain", *RUN, *overrides, "--run-dir", "run"], tmp_path, "checkpoint.saved:1")
+    run_myriad(["pretrain", *RUN, *overrides, "--run-dir", "run"], tmp_path, "checkpoint.saved:1")
     assert (tmp_path / "run" / "checkpoints" / "iter_000001.pt").is_file()
-    stderr = myriad(["pretrain", "--resume", "run"], tmp_path)
+    stderr = run_myriad(["pretrain", "--resume", "run"], tmp_path)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["iterations"] == ITERATIONS
     path = tmp_path / "run" / "dataset" / "transitions.hdf5"
@@ -91,7 +67,7 @@ def test_killed_ray_run_resumes_its_workers_exactly(tmp_path):
     episodes continue where they were cut, with no note: the rows are an uninterrupted run's."""
     data, stderr = killed_and_resumed(tmp_path, ["env=maze"])
     assert NOTE not in stderr
-    myriad(["pretrain", *RUN, "env=maze", "--run-dir", "whole"], tmp_path)
+    run_myriad(["pretrain", *RUN, "env=maze", "--run-dir", "whole"], tmp_path)
     whole = read_d4rl(tmp_path / "whole" / "dataset" / "transitions.hdf5")
     for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
         np.testing.assert_array_equal(data[key], whole[key], err_msg=key)

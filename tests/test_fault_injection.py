@@ -7,18 +7,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from conftest import run_myriad
 
 from myriad.datasets import read_d4rl
 from myriad.pretrain.api import pretrain
-from myriad.utils.faults import ENV_VAR
 
 TINY = [
     "progress=false",
@@ -33,21 +30,6 @@ TINY = [
 ]
 ROWS = 4 * 16 * 32
 DATASET = Path("dataset") / "transitions.hdf5"
-
-
-def run_killed(args: list[str], point: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run ``myriad`` with a kill point; it must die by SIGKILL there."""
-    env = {**os.environ, ENV_VAR: point, "OMP_NUM_THREADS": "1"}
-    child = subprocess.run(
-        [sys.executable, "-m", "myriad.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=cwd,
-    )
-    assert child.returncode == -signal.SIGKILL, (point, child.returncode, child.stderr[-2000:])
-    return child
 
 
 def assert_same_rows(expected: Path, actual: Path) -> None:
@@ -84,7 +66,7 @@ def reference(tmp_path_factory) -> Path:
 )
 def test_killed_at_any_point_resumes_to_the_same_rows(reference, tmp_path, point):
     run = tmp_path / "run"
-    run_killed(["pretrain", *TINY, "--run-dir", str(run)], point, tmp_path)
+    run_myriad(["pretrain", *TINY, "--run-dir", str(run)], tmp_path, point)
     published = run / DATASET
     if published.exists():  # a published file is always whole
         assert len(read_d4rl(published)["rewards"]) == ROWS
@@ -101,7 +83,7 @@ def test_kill_during_an_extension_keeps_the_old_rows(reference, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(reference / "run", run)
     args = ["pretrain", "--resume", str(run), "iterations=6"]
-    run_killed(args, "dataset.final_written", tmp_path)
+    run_myriad(args, tmp_path, "dataset.final_written")
     assert_same_rows(reference / "run" / DATASET, run / DATASET)  # untouched so far
     pretrain(["iterations=6"], resume=run, quiet=True)
     assert_same_rows(reference / "extended" / DATASET, run / DATASET)
@@ -112,7 +94,7 @@ def test_kill_during_an_extension_keeps_the_old_rows(reference, tmp_path):
 
 def test_corrupt_newest_checkpoint_falls_back_with_a_warning(reference, tmp_path, capsys):
     run = tmp_path / "run"
-    run_killed(["pretrain", *TINY, "--run-dir", str(run)], "checkpoint.saved:3", tmp_path)
+    run_myriad(["pretrain", *TINY, "--run-dir", str(run)], tmp_path, "checkpoint.saved:3")
     newest = run / "checkpoints" / "iter_000003.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a torn copy
     pretrain([], resume=run, quiet=True)

@@ -39,7 +39,7 @@ from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.api import resolve_config
 from myriad.finetune.runner import FinetuneRunner
 from myriad.rl.collector import RolloutCollector
-from myriad.rl.on_policy import population_setup
+from myriad.rl.on_policy import PopulationSetup, population_setup
 from myriad.rl.row_share import RowShare
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.config import ConfigError
@@ -95,6 +95,23 @@ SPLIT_ALGOS: dict[str, tuple[str, ...]] = {
 #: update that learnt from half of the envs, or not at all, would be further off (the return
 #: climbs from about -25 to about -14 over these iterations).
 RETURN_TOLERANCE = 4.0
+
+
+def collected_rollout(cfg: dict) -> tuple[PopulationSetup, RolloutStorage]:
+    """The run's population and one collected rollout: every rank builds the same (the model
+    is seeded by the config, the envs and actions by fixed generators)."""
+    setup = population_setup(cfg)
+    collector = RolloutCollector(
+        setup.env,
+        setup.model,
+        setup.member,
+        make_generator(2, setup.env.device),
+        store_transitions=True,
+    )
+    storage = collector.make_storage(int(cfg["num_steps"]))
+    collector.reset(3)
+    collector.collect(storage)
+    return setup, storage
 
 
 def _free_port() -> int:
@@ -340,19 +357,9 @@ def _same_rollout(ranks: RankGroup) -> tuple[float, float, float]:
     the gathered rollout against the update on the original: largest difference of any stored
     value, of any parameter, and between the ranks' replicas."""
     cfg = resolve_config("cpo", list(TINY))
-    setup = population_setup(cfg)  # every rank builds and collects the same rollout
+    setup, storage = collected_rollout(cfg)
     torch.manual_seed(1)
     algorithm = build_algorithm(setup.config, setup.model, setup.seed)
-    collector = RolloutCollector(
-        setup.env,
-        setup.model,
-        setup.member,
-        make_generator(2, setup.env.device),
-        store_transitions=True,
-    )
-    storage = collector.make_storage(int(cfg["num_steps"]))
-    collector.reset(3)
-    collector.collect(storage)
     local = _columns(storage, ranks.env_block(storage.num_envs))
     gathered = rollout_like(local, setup.member)
     gather_rollout(ranks, local, gathered)
@@ -440,17 +447,7 @@ def _rows_main(report: str) -> int:
     out: dict[str, dict[str, float]] = {}
     for algo, extra in SPLIT_ALGOS.items():
         cfg = resolve_config(algo, [*TINY, *extra])
-        setup = population_setup(cfg)  # every rank builds and collects the same rollout
-        collector = RolloutCollector(
-            setup.env,
-            setup.model,
-            setup.member,
-            make_generator(2, setup.env.device),
-            store_transitions=True,
-        )
-        storage = collector.make_storage(int(cfg["num_steps"]))
-        collector.reset(3)
-        collector.collect(storage)
+        setup, storage = collected_rollout(cfg)
         results = []
         for split in (False, True):
             torch.manual_seed(4)  # the discriminator's initial weights
