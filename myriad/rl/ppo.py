@@ -497,13 +497,10 @@ class PPO:
 
 
 def ppo_config(cfg: Mapping[str, Any]) -> PPOConfig:
-    """:class:`PPOConfig` from the ``ppo`` block; ``desired_kl: null`` means a fixed rate
-    (``schedule`` fixed, whatever it says).
+    """:class:`PPOConfig` from the ``ppo`` block (``desired_kl: null`` is a fixed rate, see
+    :class:`PPOConfig`).
 
     Raises:
         ConfigError: an unknown key, or a value of the wrong type or range.
     """
-    p = dict(cfg["ppo"])
-    if "desired_kl" in p and p["desired_kl"] is None:
-        p["schedule"] = "fixed"
-    return from_config(PPOConfig, p, "ppo")
+    return from_config(PPOConfig, dict(cfg["ppo"]), "ppo")
