@@ -85,3 +85,31 @@ def test_killed_ray_run_of_physics_envs_resets_and_cuts_the_staged_episodes(tmp_
     ends = np.flatnonzero(data["timeouts"] | data["terminals"])
     lengths = np.diff(np.concatenate([[-1], ends]))
     assert len(ends) == 2 * ENVS and (lengths == STEPS).all()
+
+
+@pytest.mark.slow
+def test_a_resume_killed_after_cutting_episodes_loses_no_row(tmp_path):
+    """Killed at the first checkpoint, resumed (the staged episodes are cut), killed again at
+    the second checkpoint of that process (the run's last), resumed to the end: every
+    transition of the three iterations is in the dataset once, and no episode joins two
+    trajectories (each row's next observation is the next row's observation)."""
+    pytest.importorskip("mujoco")
+    run = [*RUN, "env=halfcheetah", "iterations=3"]
+    run_myriad(["pretrain", *run, "--run-dir", "run"], tmp_path, "checkpoint.saved:1")
+    run_myriad(["pretrain", "--resume", "run"], tmp_path, "checkpoint.saved:2")
+    stderr = run_myriad(["pretrain", "--resume", "run"], tmp_path)
+    assert sum(line.startswith(NOTE) for line in stderr.splitlines()) == 1
+    path = tmp_path / "run" / "dataset" / "transitions.hdf5"
+    assert main(["dataset", "verify", str(path)]) == 0
+    assert main(["dataset", "validate", str(path)]) == 0
+    data = read_d4rl(path)
+    assert len(data["observations"]) == 3 * STEPS * ENVS
+    ends = np.flatnonzero(data["timeouts"] | data["terminals"])
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    for start, end in zip(starts, ends):
+        np.testing.assert_allclose(
+            data["next_observations"][start:end], data["observations"][start + 1 : end + 1]
+        )
+    # Per env: cut at the first resume (8 steps), the time limit (12), the run's end (4).
+    lengths = ends - starts + 1
+    assert sorted(set(lengths.tolist())) == [4, 8, 12] and len(lengths) == 3 * ENVS
