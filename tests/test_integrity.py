@@ -19,8 +19,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import run_myriad
 from test_bad_inputs import assert_one_line_error, run_cli, snapshot
-from test_fault_injection import DATASET, ROWS, TINY, assert_same_rows, run_killed
+from test_fault_injection import DATASET, ROWS, TINY, assert_same_rows
 
 from myriad.datasets import export, load
 from myriad.datasets.schema import CorruptDatasetError
@@ -81,7 +82,7 @@ def test_checkpoint_tensor_flip_falls_back_on_resume(world, tmp_path, capsys):
     """Bytes flipped inside the newest checkpoint's tensors: ``--resume`` warns in one line and
     continues from the previous checkpoint, to the uninterrupted run's rows."""
     run = tmp_path / "run"
-    run_killed(["pretrain", *TINY, "--run-dir", str(run)], "checkpoint.saved:3", tmp_path)
+    run_myriad(["pretrain", *TINY, "--run-dir", str(run)], tmp_path, "checkpoint.saved:3")
     newest = run / "checkpoints" / "iter_000003.pt"
     flip(newest, tensor_offset(newest))
     pretrain([], resume=run, quiet=True)
@@ -341,10 +342,10 @@ def test_report_replaces_only_its_own_page(world, tmp_path, capsys):
 # -- no dead ends --------------------------------------------------------------------------------
 def test_run_killed_before_its_first_checkpoint_is_continued_by_resume(world, tmp_path, capsys):
     run = tmp_path / "run"
-    child = run_killed(
-        ["pretrain", *TINY, "--run-dir", str(run)], "dataset.segment_written:1", tmp_path
+    stderr = run_myriad(
+        ["pretrain", *TINY, "--run-dir", str(run)], tmp_path, "dataset.segment_written:1"
     )
-    assert not list((run / "checkpoints").glob("*.pt")), child.stderr
+    assert not list((run / "checkpoints").glob("*.pt")), stderr
     code, err = run_cli(["pretrain", *TINY, "--run-dir", str(run)], capsys)
     assert_one_line_error(code, err)
     assert f"--resume {run}" in err
@@ -360,10 +361,10 @@ def test_finetune_killed_during_init_ranking_is_continued_by_resume(world, tmp_p
     tiny = [o for o in TINY_FINETUNE if not o.startswith(("population.actor", "population.critic"))]
     args = [*tiny, "num_envs=16", "iterations=2", "init.episodes=1", "init.critic_warmup=0"]
     source = str(world / "run")
-    run_killed(
+    run_myriad(
         ["finetune", "--algo", "ppo", "--init", source, "--run-dir", str(run), *args],
-        "init.ranked",
         tmp_path,
+        "init.ranked",
     )
     assert (run / "config.yaml").is_file() and not list((run / "checkpoints").glob("*.pt"))
     code, err = run_cli(["finetune", "--resume", str(run)], capsys)
