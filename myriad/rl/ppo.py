@@ -37,6 +37,28 @@ ADVANTAGE_NORMALIZATIONS = ("member", "batch", "none")
 KL_ESTIMATORS = ("exact", "approx")
 
 
+def advantage_sums(
+    advantages: torch.Tensor,
+    member: torch.Tensor,
+    num_members: int,
+    blocked: bool,
+    per_member: bool,
+) -> torch.Tensor:
+    """``[G, 3]`` float64 count, sum and sum of squares of a minibatch's ``advantages [B]``
+    (rows of ``member [B]``, member-major when ``blocked``) per normalisation group: one group
+    (``per_member`` False or one member) or one per member."""
+    v = advantages.detach().double()
+    if not per_member or num_members == 1:
+        return torch.stack([v.new_tensor(float(v.shape[0])), v.sum(), v.square().sum()])[None]
+    if blocked:
+        a = v.view(num_members, -1)
+        return torch.stack(
+            [torch.full_like(a[:, 0], a.shape[1]), a.sum(dim=1), a.square().sum(dim=1)], dim=1
+        )
+    sums = v.new_zeros(num_members, 3)
+    return sums.index_add_(0, member, torch.stack([torch.ones_like(v), v, v.square()], 1))
+
+
 @dataclass
 class PPOConfig:
     """PPO hyperparameters.
@@ -285,21 +307,47 @@ class PPO:
         of it: the moments are summed over the processes (population std, as in one process)."""
         assert self.share is not None
         adv = batch.advantages
+        sums = batch.advantage_sums
+        if sums is None:
+            local = advantage_sums(adv, batch.member, batch.num_members, batch.blocked, per_member)
+            sums = self.share.all_reduce(local)
+        n, total, square = sums.unbind(dim=1)
+        n = n.clamp(min=1.0)
+        mean = total / n
+        std = (square / n - mean.square()).clamp(min=0.0).sqrt()
+        mean, std = mean.to(adv.dtype), std.to(adv.dtype)
         if not per_member or batch.num_members == 1:
-            mean, std = self.share.moments(adv.view(1, -1))
-            return (adv - mean.to(adv.dtype)) / (std.to(adv.dtype) + 1e-8)
+            return (adv - mean) / (std + 1e-8)
         if batch.blocked:
             a = adv.view(batch.num_members, -1)
-            mean, std = self.share.moments(a)
-            return ((a - mean.to(a.dtype)[:, None]) / (std.to(a.dtype)[:, None] + 1e-8)).view(-1)
-        v = adv.detach().double()
-        sums = v.new_zeros(batch.num_members, 3)
-        sums.index_add_(0, batch.member, torch.stack([torch.ones_like(v), v, v.square()], 1))
-        n, total, square = self.share.all_reduce(sums).unbind(dim=1)
-        mean = total / n.clamp(min=1.0)
-        std = (square / n.clamp(min=1.0) - mean.square()).clamp(min=0.0).sqrt()
-        row_mean, row_std = (member_rows(x.to(adv.dtype), batch.member) for x in (mean, std))
-        return (adv - row_mean) / (row_std + 1e-8)
+            return ((a - mean[:, None]) / (std[:, None] + 1e-8)).view(-1)
+        return (adv - member_rows(mean, batch.member)) / (member_rows(std, batch.member) + 1e-8)
+
+    def _plan_advantage_sums(
+        self, storage: RolloutStorage, epochs: list[list[torch.Tensor]], blocked: bool
+    ) -> list[list[torch.Tensor | None]]:
+        """Each minibatch's :attr:`Batch.advantage_sums`, summed over the processes in one
+        collective, when a split update normalises advantages per minibatch (None for each
+        otherwise): the advantages are fixed for the update, so every minibatch's moments are
+        known before the epochs, and the minibatch loop then waits for the other processes once
+        (the gradient average) rather than twice."""
+        mode = self.config.advantage_normalization
+        if self.share is None or self.advantage_moments is not None or mode == "none":
+            return [[None] * len(indices) for indices in epochs]
+        flat, m = storage.advantages.reshape(-1), storage.num_members
+        local = [
+            advantage_sums(
+                flat.index_select(0, index),
+                storage.member.index_select(0, index % storage.num_envs),
+                m,
+                blocked,
+                mode == "member",
+            )
+            for indices in epochs
+            for index in indices
+        ]
+        sums = iter(self.share.all_reduce(torch.cat(local)).split([x.shape[0] for x in local]))
+        return [[next(sums) for _ in indices] for indices in epochs]
 
     def _value_scale(self, v: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
         """Values ``[B]`` of rows of ``member [B]`` in the critics' training scale (normalised
@@ -437,11 +485,13 @@ class PPO:
             share, m = self.share, storage.num_members
             epochs = [[share.rows(i, m, member_major) for i in indices] for indices in epochs]
         self.plan_minibatches(storage, epochs)
+        planned = self._plan_advantage_sums(storage, epochs, member_major)
         sums: dict[str, torch.Tensor] = {}
         count = 0
-        for indices in epochs:
-            for index in indices:
+        for indices, epoch_sums in zip(epochs, planned):
+            for index, moment_sums in zip(indices, epoch_sums):
                 batch = storage.batch(index, blocked=member_major)
+                batch.advantage_sums = moment_sums
                 loss, stats = self.critic_loss(batch) if critic_only else self.loss(batch)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()

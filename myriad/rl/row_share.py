@@ -9,7 +9,8 @@ rows) and costs ``1 / R`` of the work. The gradients are averaged over the proce
 optimiser step (``PPO.grad_sync``); a loss that is a mean over equal shares of rows then has the
 gradient of the mean over the whole minibatch. What is normalised over a minibatch or an update
 (advantage moments) is normalised with moments summed over the processes
-(:meth:`RowShare.moments`), so the loss is the one-process loss.
+(one collective per update, :meth:`myriad.rl.ppo.PPO.update`), so the loss is the one-process
+loss.
 
 Only the collectives are given here (``all_reduce``, ``all_gather``): :mod:`myriad.rl` does not
 know how the processes talk (torch.distributed ranks, docs/distributed.md).
@@ -64,15 +65,3 @@ class RowShare:
         self.all_reduce(flat).div_(self.world_size)
         for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
             t.copy_(part.view_as(t))
-
-    def moments(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and population std of each row of ``values [G, n]`` over the rows of every
-        process (``[G]`` each, float64 sums; one all-reduce of ``[G, 3]``)."""
-        v = values.detach().double()
-        local = torch.stack(
-            [torch.full_like(v[:, 0], v.shape[1]), v.sum(dim=1), v.square().sum(dim=1)], dim=1
-        )
-        n, total, square = self.all_reduce(local).unbind(dim=1)
-        mean = total / n
-        var = (square / n - mean.square()).clamp(min=0.0)
-        return mean, var.sqrt()

@@ -65,6 +65,10 @@ class Batch:
         means, log_stds: ``[B, A]`` behaviour distribution, when stored.
         features: ``[B, p]`` entropy features, when stored.
         extras: the storage's registered extra fields, ``[B, ...]`` each.
+        advantage_sums: ``[G, 3]`` float64 (count, sum, sum of squares) of the advantages of
+            each normalisation group of the whole minibatch, summed over the processes of a
+            split update before the epochs (one collective per update instead of one per
+            minibatch); None: computed when the minibatch is normalised.
     """
 
     obs: torch.Tensor
@@ -81,6 +85,7 @@ class Batch:
     log_stds: torch.Tensor | None = None
     features: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    advantage_sums: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.obs.shape[0]
