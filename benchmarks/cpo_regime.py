@@ -76,6 +76,12 @@ TASKS: dict[str, list[str]] = {
 }
 
 
+def score_of(task: str) -> str:
+    """The figure a task is read from: its success rate, or its return where the env has no
+    success flag (HalfCheetah)."""
+    return "return" if task == "halfcheetah" else "success"
+
+
 def seeds(text: str) -> list[int]:
     """``0-4`` or ``0,2,5``."""
     if "-" in text:
@@ -242,9 +248,10 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         "resumed": resume is not None,
     }
     write_json(out, record)
+    figure = score_of(args.task)
     print(
-        f"{algo} seed {seed}: final success {record['final_success']:.3f}, "
-        f"auc {record['auc_success']:.3f} -> {out}",
+        f"{algo} seed {seed}: final {figure} {record['final_' + figure]:.3f}, "
+        f"auc {record['auc_' + figure]:.3f} -> {out}",
         flush=True,
     )
     return out
@@ -278,7 +285,7 @@ def summarize(folder: Path, reps: int) -> dict[str, Any]:
             for a in algos
         }
         out[metric] = iqm_and_mean(scores, reps)
-    out["score"] = "return" if records[0]["task"] == "halfcheetah" else "success"
+    out["score"] = score_of(records[0]["task"])
     out["curves"] = {
         a: [r["curve"][out["score"]] for r in records if r["algo"] == a] for a in algos
     }
