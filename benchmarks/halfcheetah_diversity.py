@@ -242,6 +242,21 @@ def figure(
 
 
 #: variant -> (algorithm, overrides). The default comparison is the first three.
+def paper_loss_form(preset: str) -> list[str]:
+    """The ``algo`` section of the packaged preset ``configs/algo/<preset>.yaml`` as overrides:
+    the authors' loss form and couplings (1:1 weighting of the leader's off-policy rows,
+    advantages normalised once over the augmented batch, the leader's critic fitted on the
+    follower rows, their AWAC and KL settings), without the rest of the preset (horizon, env
+    count, architecture, PPO settings), so that the variant runs at this comparison's scale and
+    budget from the same initialisation as the others."""
+    import yaml
+
+    from myriad.utils.config import config_dir
+
+    section = yaml.safe_load((config_dir() / "algo" / f"{preset}.yaml").read_text())["algo"]
+    return [f"algo.{key}={json.dumps(value)}" for key, value in section.items() if key != "name"]
+
+
 FINETUNE_VARIANTS: dict[str, tuple[str, list[str]]] = {
     "ppo": ("ppo", []),
     "sapg": ("sapg", []),
@@ -267,6 +282,10 @@ FINETUNE_VARIANTS: dict[str, tuple[str, list[str]]] = {
         "cpo",
         ["algo.kl_target=null", "algo.kl_preset=balanced", "algo.off_policy_value=true"],
     ),
+    # The authors' loss form and couplings (algo=sapg_paper / cpo_paper's algo section) at
+    # this comparison's scale.
+    "sapg-paper-loss": ("sapg", paper_loss_form("sapg_paper")),
+    "cpo-paper-loss": ("cpo", paper_loss_form("cpo_paper")),
 }
 DEFAULT_FINETUNE_VARIANTS = ("ppo", "sapg", "cpo")
 
