@@ -105,9 +105,20 @@ def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
         from myriad.tools.sweep import launch
 
         return launch("pretrain", args, overrides)
+    from myriad.distributed import make_distributed
+    from myriad.distributed.torchdist import pretrain_on_ranks
     from myriad.pretrain.api import pretrain
 
-    pretrain(overrides, resume=args.resume, run_dir=args.run_dir, overwrite=args.overwrite)
+    # The command chooses the collaborators: a torchrun rank runs its share of the run, and a
+    # config with a `distributed` entry steps its envs on Ray workers.
+    pretrain(
+        overrides,
+        resume=args.resume,
+        run_dir=args.run_dir,
+        overwrite=args.overwrite,
+        ranks=pretrain_on_ranks,
+        remote_envs=make_distributed,
+    )
     return 0
 
 
@@ -116,6 +127,8 @@ def _cmd_finetune(args: argparse.Namespace, overrides: list[str]) -> int:
         from myriad.tools.sweep import launch
 
         return launch("finetune", args, overrides)
+    from myriad.distributed import make_distributed
+    from myriad.distributed.torchdist import finetune_on_ranks
     from myriad.finetune.api import finetune
 
     finetune(
@@ -125,6 +138,8 @@ def _cmd_finetune(args: argparse.Namespace, overrides: list[str]) -> int:
         resume=args.resume,
         run_dir=args.run_dir,
         overwrite=args.overwrite,
+        ranks=finetune_on_ranks,
+        remote_envs=make_distributed,
     )
     return 0
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from myriad.assess.diagnostics import Diagnostics
 from myriad.assess.evaluation import PopulationEvaluation, PopulationEvaluator
-from myriad.envs import make
+from myriad.envs import RemoteEnvFactory, make
 from myriad.envs.base import VecEnv
 from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.base import FinetuneAlgorithm
@@ -55,6 +55,8 @@ class FinetuneRunner(OnPolicyRunner):
             share of the envs, gathers every rank's rollout into :attr:`storage` and learns as
             :attr:`update_split` says; the writer alone runs the final evaluation and writes
             the run folder.
+        remote_envs: builds the envs of a config with a ``distributed`` entry (the command
+            layer's choice; :func:`~myriad.envs.registry.make_from_config`).
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
@@ -74,9 +76,10 @@ class FinetuneRunner(OnPolicyRunner):
         cfg: Mapping[str, Any],
         run_dir: str | os.PathLike[str],
         role: ProcessRole | None = None,
+        remote_envs: RemoteEnvFactory | None = None,
     ) -> None:
         role = role if role is not None else SingleProcess()
-        setup = population_setup(cfg, role.env_shard)
+        setup = population_setup(cfg, role.env_shard, remote_envs=remote_envs)
         check_task(setup.env)
         cfg = setup.config
         self.seed = setup.seed

@@ -19,7 +19,7 @@ import torch
 
 from myriad.datasets.recorder import DatasetRecorder, dataset_location, dataset_metadata
 from myriad.entropy import CoverageTracker
-from myriad.envs import make
+from myriad.envs import RemoteEnvFactory, make
 from myriad.pretrain.objectives import EntropyMeasurement, build_objective
 from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
 from myriad.rl.ppo import PPO, ppo_config
@@ -41,6 +41,8 @@ class PretrainRunner(OnPolicyRunner):
             envs; the k-NN measurement reads every rank's features, the update averages the
             gradients over the ranks, and the writer alone records the dataset (every rank's
             rows, in the order of one process), evaluates and writes the run folder.
+        remote_envs: builds the envs of a config with a ``distributed`` entry (the command
+            layer's choice; :func:`~myriad.envs.registry.make_from_config`).
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
@@ -58,10 +60,13 @@ class PretrainRunner(OnPolicyRunner):
         cfg: Mapping[str, Any],
         run_dir: str | os.PathLike[str],
         role: ProcessRole | None = None,
+        remote_envs: RemoteEnvFactory | None = None,
     ) -> None:
         role = role if role is not None else SingleProcess()
         obj_cfg = cfg["objective"]
-        setup = population_setup(cfg, role.env_shard, min_states=int(obj_cfg["k"]))
+        setup = population_setup(
+            cfg, role.env_shard, min_states=int(obj_cfg["k"]), remote_envs=remote_envs
+        )
         cfg = setup.config
         # The member of every env of the run [E]; this process steps the envs `setup.envs`.
         self.member = setup.member

@@ -1,0 +1,95 @@
+"""The stages receive their collaborators from the command layer: what runs a torchrun rank, the
+factory of envs on workers. Nothing below the distributed package loads it, even by name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import TINY_PRETRAIN
+
+from myriad.envs import EnvConfigError, VecEnv, make, make_from_config
+from myriad.finetune import finetune
+from myriad.pretrain import pretrain
+from myriad.utils.config import ConfigError
+from myriad.utils.launch import RunRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_pretraining_from_python_never_loads_the_distributed_package(tmp_path):
+    """The stage, its runner and its env builder run without importing ``myriad.distributed``
+    (no importlib back door from below)."""
+    code = (
+        "import sys\n"
+        "from myriad.pretrain import pretrain\n"
+        f"pretrain({[*TINY_PRETRAIN, 'iterations=1', 'plots=false']!r}, "
+        f"run_dir={str(tmp_path / 'run')!r}, quiet=True)\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('myriad.distributed'))\n"
+        "assert not loaded, loaded\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("WORLD_SIZE", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_a_distributed_env_config_without_a_remote_factory_is_refused():
+    with pytest.raises(EnvConfigError, match=r"remote_envs=myriad\.distributed\.make_distributed"):
+        make_from_config({"name": "nav-empty"}, 4, "cpu", distributed="local")
+
+
+def test_the_remote_factory_given_builds_the_envs_of_a_distributed_config():
+    """Any :class:`~myriad.envs.registry.RemoteEnvFactory` serves (here one that builds the
+    envs in this process): it receives the env, its options and the ``distributed`` entry."""
+    calls: list[tuple[Any, ...]] = []
+
+    def in_process(
+        name: str,
+        num_envs: int,
+        distributed: dict[str, Any] | str,
+        device: torch.device | str,
+        options: dict[str, Any],
+    ) -> VecEnv:
+        calls.append((name, num_envs, distributed, options))
+        return make(name, num_envs, device, **options)
+
+    env = make_from_config(
+        {"name": "nav-empty", "options": {"max_episode_steps": 7}},
+        4,
+        "cpu",
+        distributed={"workers": {"num_workers": 2}},
+        remote=in_process,
+    )
+    assert calls == [("nav-empty", 4, {"workers": {"num_workers": 2}}, {"max_episode_steps": 7})]
+    assert env.name == "nav-empty" and env.num_envs == 4 and env.max_episode_steps == 7
+
+
+def test_on_a_torchrun_rank_the_stages_hand_the_call_to_the_ranks_runner(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    got: list[RunRequest] = []
+
+    def on_ranks(request: RunRequest) -> dict[str, Any]:
+        got.append(request)
+        return {"ran": "on ranks"}
+
+    assert pretrain(["seed=3"], run_dir=tmp_path, ranks=on_ranks) == {"ran": "on ranks"}
+    assert finetune("cpo", ["seed=4"], init=tmp_path, ranks=on_ranks) == {"ran": "on ranks"}
+    assert got == [
+        RunRequest(["seed=3"], None, tmp_path),
+        RunRequest(["seed=4"], None, None, algo="cpo", init=tmp_path),
+    ]
+
+
+def test_on_a_torchrun_rank_a_stage_without_a_ranks_runner_says_how_to_launch(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"torchrun \.\.\. -m myriad pretrain"):
+        pretrain(["seed=3"])
+    with pytest.raises(ConfigError, match="finetune_on_ranks"):
+        finetune("cpo")
