@@ -37,7 +37,7 @@ from myriad.viz.runs import TrainingVideos, evaluation_behaviour_plots
 
 def check_task(env: VecEnv) -> None:
     """Refuse an env without a task reward (a nav env with ``task=none``)."""
-    if getattr(env, "task", None) == "none":
+    if not env.has_task_reward:
         raise ConfigError(
             f"env {env.name} has no task reward (task=none, the pretraining setting): finetune "
             f"on task=sparse, dense or multigoal"

@@ -278,13 +278,13 @@ class PretrainRunner(OnPolicyRunner):
             return result
         self.status(f"writing the coverage map and behaviour plots into {self.plots_dir}")
         spec = spec.with_data_bounds(flat)  # plots need bounds: the data's where the env has none
-        walls = getattr(self.env, "layout", None)
+        layout = self.env.layout
         coverage_map(
             self.plots_dir / "coverage_map.png",
             features.reshape(-1, spec.dim).cpu().numpy(),
             member.reshape(-1).cpu().numpy(),
             spec,
-            walls=walls.walls_xy() if walls is not None else None,
+            walls=layout.walls_xy() if layout is not None else None,
             coverage=result.get("eval_coverage_per_member"),
             union_coverage=result.get("eval_coverage_union"),
             title=(

@@ -74,6 +74,7 @@ class ShadowHandCubeEnv(MujocoVecEnv):
         max_consecutive_successes: terminate after this many successes (0: never).
     """
 
+    goal_pos: torch.Tensor  # the VecEnv attribute: the cube's target position [3]
     dist_reward_scale = -10.0
     rot_reward_scale = 1.0
     rot_eps = 0.1

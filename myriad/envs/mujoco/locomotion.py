@@ -370,6 +370,7 @@ class AntMazeEnv(AntEnv):
     """
 
     _MAZES: ClassVar[dict[str, MazeLayout]] = {"u": U_MAZE, "medium": MEDIUM_MAZE}
+    layout: MazeLayout  # the VecEnv attribute: the maze's walls and cells
     _fields = ("xpos",)
 
     def __init__(
