@@ -93,3 +93,71 @@ def test_on_a_torchrun_rank_a_stage_without_a_ranks_runner_says_how_to_launch(mo
         pretrain(["seed=3"])
     with pytest.raises(ConfigError, match="finetune_on_ranks"):
         finetune("cpo")
+
+
+class MemorySink:
+    """A dataset sink that keeps every rollout's rows in memory."""
+
+    path = None
+
+    def __init__(self) -> None:
+        self.rollouts: list[dict[str, torch.Tensor]] = []
+        self.finished_at: int | None = None
+
+    def record(self, steps):
+        self.rollouts.append({k: v.clone() for k, v in steps.items()})
+
+    def finish(self, iteration):
+        self.finished_at = iteration
+        return None
+
+    def cut_episodes(self):
+        return 0
+
+    def close(self):
+        pass
+
+    def state_dict(self):
+        return {"rollouts": len(self.rollouts)}
+
+    def load_state_dict(self, state, iteration):
+        del self.rollouts[state["rollouts"] :]
+
+
+def test_a_pretraining_runner_takes_another_dataset_sink_and_measurement(tmp_path):
+    """Rows sent to an in-memory sink and a measurement without coverage: the run learns the
+    same weights as with the defaults (neither feeds the update), the sink receives every
+    rollout, and nothing is written where the dataset would be."""
+    from myriad.pretrain.api import resolve_config
+    from myriad.pretrain.collaborators import PopulationMeasurement, knn_measurement
+    from myriad.pretrain.runner import PretrainRunner
+
+    cfg = resolve_config([*TINY_PRETRAIN, "iterations=2", "plots=false", "checkpoint_every=0"])
+    default = PretrainRunner(cfg, tmp_path / "default")
+    default.learn(2)
+    default_summary = default.finish()
+    default.close()
+
+    sink = MemorySink()
+
+    def entropy_only(run) -> PopulationMeasurement:
+        return PopulationMeasurement(knn_measurement(run).entropy, coverage=None)
+
+    runner = PretrainRunner(
+        cfg, tmp_path / "memory", dataset_sink=lambda run: sink, measurement=entropy_only
+    )
+    runner.learn(2)
+    summary = runner.finish()
+    runner.close()
+
+    for key, value in default.model.state_dict().items():
+        assert torch.equal(value, runner.model.state_dict()[key]), key
+    assert len(sink.rollouts) == 2 and sink.finished_at == 2
+    obs = sink.rollouts[0]["observations"]
+    assert obs.shape == (16, 64, runner.env.obs_dim)
+    assert set(sink.rollouts[0]) >= {"actions", "member", "features", "terminals", "timeouts"}
+    assert summary["dataset"] is None and not (tmp_path / "memory" / "dataset").exists()
+    assert default_summary["dataset"] is not None
+    assert "coverage/cumulative_union" in default_summary
+    assert not any(k.startswith(("coverage/", "eval_coverage")) for k in summary)
+    assert summary["entropy/collective"] == default_summary["entropy/collective"]

@@ -17,10 +17,16 @@ from typing import Any, ClassVar
 
 import torch
 
-from myriad.datasets.recorder import DatasetRecorder, dataset_location, dataset_metadata
-from myriad.entropy import CoverageTracker
 from myriad.envs import RemoteEnvFactory, make
-from myriad.pretrain.objectives import EntropyMeasurement, build_objective
+from myriad.pretrain.collaborators import (
+    DatasetSink,
+    MeasurementFactory,
+    RunShape,
+    SinkFactory,
+    knn_measurement,
+    recorder_sink,
+)
+from myriad.pretrain.objectives import build_objective
 from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
 from myriad.rl.ppo import PPO, ppo_config
 from myriad.rl.roles import ProcessRole, SingleProcess
@@ -43,6 +49,10 @@ class PretrainRunner(OnPolicyRunner):
             rows, in the order of one process), evaluates and writes the run folder.
         remote_envs: builds the envs of a config with a ``distributed`` entry (the command
             layer's choice; :func:`~myriad.envs.registry.make_from_config`).
+        dataset_sink: builds the writer's sink of the dataset rows when ``dataset.enabled``
+            (default: the run's HDF5 dataset; :mod:`myriad.pretrain.collaborators`).
+        measurement: builds the rollouts' k-NN measurement and coverage (default: the
+            objective's settings).
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
@@ -61,6 +71,8 @@ class PretrainRunner(OnPolicyRunner):
         run_dir: str | os.PathLike[str],
         role: ProcessRole | None = None,
         remote_envs: RemoteEnvFactory | None = None,
+        dataset_sink: SinkFactory = recorder_sink,
+        measurement: MeasurementFactory = knn_measurement,
     ) -> None:
         role = role if role is not None else SingleProcess()
         obj_cfg = cfg["objective"]
@@ -85,40 +97,20 @@ class PretrainRunner(OnPolicyRunner):
             **runner_settings(cfg),
         )
         self.num_members = self.model.num_members
-        local = EntropyMeasurement(
-            int(obj_cfg["k"]),
-            self.num_members,
-            self.env.features.dim,
-            backend=str(obj_cfg.get("backend", "auto")),
-            min_distance=float(obj_cfg.get("min_distance", 1e-3)),
-        )
-        self.measure = role.measurement(local, setup.envs)
+        shape = RunShape(cfg, self.run_dir, self.env, len(self.member), self.num_members)
+        measures = measurement(shape)
+        self.measure = role.measurement(measures.entropy, setup.envs)
         self.objective = build_objective(obj_cfg, self.model, self.algorithm)
         # At beta = 1 neither objective reads the per-member neighbours before the update ends,
         # so on CPU their search overlaps the update (docs/pretrain.md, k-NN share).
         self.measure.defer_members = float(obj_cfg["beta"]) == 1.0
-        # Coverage of each rollout and of everything visited so far (None: no grid).
-        self.coverage = (
-            CoverageTracker(self.env.features, self.num_members, self.env.device)
-            if self.env.features.cells
-            else None
-        )
-        env = self.env
+        # Coverage of each rollout and of everything visited so far (None: not measured).
+        self.coverage = measures.coverage
         #: Whether the run records a dataset (the writer's :attr:`dataset`; every process sends
         #: its rows).
         self.records_dataset = bool(cfg["dataset"]["enabled"])
-        self.dataset = (
-            DatasetRecorder(
-                dataset_location(self.run_dir, str(cfg["dataset"]["path"])),
-                env.obs_dim,
-                env.action_dim,
-                env.features.names,
-                len(self.member),
-                env.max_episode_steps,
-                dataset_metadata(cfg, self.num_members, env.features.names),
-            )
-            if self.records_dataset and role.is_writer
-            else None
+        self.dataset: DatasetSink | None = (
+            dataset_sink(shape) if self.records_dataset and role.is_writer else None
         )
         # None unless video.every; the writer alone records.
         self.videos = TrainingVideos.from_config(cfg, self.run_dir) if role.is_writer else None
@@ -302,7 +294,7 @@ class PretrainRunner(OnPolicyRunner):
     def finish(self) -> dict[str, Any]:
         """Close the dataset, evaluate, write plots and ``summary.json``; returns the writer's
         summary (on every process)."""
-        if self.dataset is not None:
+        if self.dataset is not None and self.dataset.path is not None:
             self.status(f"closing the dataset {self.dataset.path}")
         dataset = self.dataset.finish(self.iteration_count) if self.dataset is not None else None
         fault_point("run.dataset_finished")
@@ -324,8 +316,9 @@ class PretrainRunner(OnPolicyRunner):
 
 
 class _DatasetState:
-    """Checkpoint adapter of the run's :class:`DatasetRecorder`: its state depends on the
-    iteration the checkpoint was taken at, which the runner restores first."""
+    """Checkpoint adapter of the run's :class:`~myriad.pretrain.collaborators.DatasetSink`: its
+    state depends on the iteration the checkpoint was taken at, which the runner restores
+    first."""
 
     def __init__(self, runner: PretrainRunner) -> None:
         self.runner = runner
@@ -336,7 +329,7 @@ class _DatasetState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._recorder().load_state_dict(state, self.runner.iteration_count)
 
-    def _recorder(self) -> DatasetRecorder:
+    def _recorder(self) -> DatasetSink:
         recorder = self.runner.dataset
         assert recorder is not None  # the runner checkpoints this adapter only with a recorder
         return recorder
