@@ -92,14 +92,9 @@ def finetune(
             :mod:`myriad.finetune.init` for the rule); without it members start fresh.
         resume: a finetuning run folder or checkpoint to continue (its config is reused).
         run_dir: where to write the run (default ``runs/finetune/<algo>-<env>-<time>``).
-        quiet: do not print the closing report.
-        overwrite: replace the run in ``run_dir`` (a myriad run folder) instead of refusing.
-        ranks: what runs the call on a rank of a ``torchrun`` launch
-            (:func:`myriad.distributed.torchdist.finetune_on_ranks`; ``myriad finetune`` passes
-            it there).
-        remote_envs: builds the envs of a config with a ``distributed`` entry
-            (:func:`myriad.distributed.make_distributed`, Ray workers; ``myriad finetune``
-            passes it).
+        quiet, overwrite, remote_envs: as for :func:`myriad.pretrain.pretrain`.
+        ranks: as for :func:`myriad.pretrain.pretrain`, with
+            :func:`myriad.distributed.torchdist.finetune_on_ranks`.
     """
     from myriad.finetune.runner import FinetuneRunner
 

@@ -24,7 +24,12 @@ from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.init import InitReport, initialise
 from myriad.finetune.tracking import member_scalars
-from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
+from myriad.rl.on_policy import (
+    STAGE_RESUME_IGNORED_KEYS,
+    OnPolicyRunner,
+    population_setup,
+    runner_settings,
+)
 from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.checkpoint import latest_checkpoint
@@ -61,10 +66,7 @@ class FinetuneRunner(OnPolicyRunner):
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
         *OnPolicyRunner.RESUME_IGNORED_KEYS,
-        "iterations",
-        "torch_threads",
-        "eval.*",
-        "video.*",
+        *STAGE_RESUME_IGNORED_KEYS,
     )
     #: torchrun runs wrote this name before ranks became a role of this runner.
     CHECKPOINT_NAMES: ClassVar[tuple[str, ...]] = ("ShardedFinetuneRunner",)

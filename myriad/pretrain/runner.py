@@ -27,7 +27,12 @@ from myriad.pretrain.collaborators import (
     recorder_sink,
 )
 from myriad.pretrain.objectives import build_objective
-from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
+from myriad.rl.on_policy import (
+    STAGE_RESUME_IGNORED_KEYS,
+    OnPolicyRunner,
+    population_setup,
+    runner_settings,
+)
 from myriad.rl.ppo import PPO, ppo_config
 from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.utils.faults import fault_point
@@ -57,10 +62,7 @@ class PretrainRunner(OnPolicyRunner):
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
         *OnPolicyRunner.RESUME_IGNORED_KEYS,
-        "iterations",
-        "eval.*",
-        "torch_threads",
-        "video.*",
+        *STAGE_RESUME_IGNORED_KEYS,
     )
     #: torchrun runs wrote this name before ranks became a role of this runner.
     CHECKPOINT_NAMES: ClassVar[tuple[str, ...]] = ("ShardedPretrainRunner",)

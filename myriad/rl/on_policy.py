@@ -114,6 +114,11 @@ def runner_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Keys of a stage's run config (pretraining, finetuning) that a resumed run may change: how far
+#: it goes, its final evaluation, its threads and videos, none of which the saved state depends on.
+STAGE_RESUME_IGNORED_KEYS: tuple[str, ...] = ("iterations", "eval.*", "torch_threads", "video.*")
+
+
 class OnPolicyRunner(RunnerBase):
     """PPO (or any :class:`PPO` subclass) on a VecEnv with a population model.
 
