@@ -102,7 +102,11 @@ def _tensors(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 def _same(a: Any, b: Any) -> bool:
     if torch.is_tensor(a) and torch.is_tensor(b):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point():  # NaN where the other has NaN is the same value here
+            return bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
+        return bool(torch.equal(a, b))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):

@@ -100,32 +100,30 @@ def _check_envs(args: argparse.Namespace) -> int:
     return status
 
 
-def _cmd_pretrain(args: argparse.Namespace, overrides: list[str]) -> int:
-    if args.multirun or args.cfg or args.jobs != 1:  # a sweep or the config (myriad.tools.sweep)
+def _cmd_stage(kind: str, args: argparse.Namespace, overrides: list[str]) -> int:
+    """``myriad pretrain|finetune``: a sweep or the config (:mod:`myriad.tools.sweep`), or one
+    run with the collaborators the command chooses: on a torchrun rank its share of the run
+    (:mod:`myriad.distributed.torchdist`), and Ray workers for a config's ``distributed`` envs."""
+    if args.multirun or args.cfg or args.jobs != 1:
         from myriad.tools.sweep import launch
 
-        return launch("pretrain", args, overrides)
-    from myriad.pretrain.api import pretrain
+        return launch(kind, args, overrides)
+    from myriad.distributed import make_distributed, torchdist
 
-    pretrain(overrides, resume=args.resume, run_dir=args.run_dir, overwrite=args.overwrite)
-    return 0
+    options: dict[str, Any] = {
+        "resume": args.resume,
+        "run_dir": args.run_dir,
+        "overwrite": args.overwrite,
+        "remote_envs": make_distributed,
+    }
+    if kind == "pretrain":
+        from myriad.pretrain.api import pretrain
 
+        pretrain(overrides, ranks=torchdist.pretrain_on_ranks, **options)
+    else:
+        from myriad.finetune.api import finetune
 
-def _cmd_finetune(args: argparse.Namespace, overrides: list[str]) -> int:
-    if args.multirun or args.cfg or args.jobs != 1:  # a sweep or the config (myriad.tools.sweep)
-        from myriad.tools.sweep import launch
-
-        return launch("finetune", args, overrides)
-    from myriad.finetune.api import finetune
-
-    finetune(
-        args.algo,
-        overrides,
-        init=args.init,
-        resume=args.resume,
-        run_dir=args.run_dir,
-        overwrite=args.overwrite,
-    )
+        finetune(args.algo, overrides, init=args.init, ranks=torchdist.finetune_on_ranks, **options)
     return 0
 
 
@@ -494,8 +492,8 @@ def _dispatch(argv: list[str]) -> int:
     handlers: dict[str, Callable[[], int]] = {
         "envs": lambda: _cmd_envs(args),
         "bench": lambda: _cmd_bench(args, rest),
-        "pretrain": lambda: _cmd_pretrain(args, rest),
-        "finetune": lambda: _cmd_finetune(args, rest),
+        "pretrain": lambda: _cmd_stage("pretrain", args, rest),
+        "finetune": lambda: _cmd_stage("finetune", args, rest),
         "doctor": lambda: _cmd_doctor(args),
         "export": lambda: _cmd_export(args),
         "dataset": lambda: _cmd_dataset(args),

@@ -45,7 +45,7 @@ def test_blocks_follow_the_clock_or_the_iteration_count():
     assert not report.due(1)
     now[0] = 10.0
     assert report.due(2)
-    report.block({"episode/return": 1.0}, 2, 4, 8, 10.0, 0.8)
+    report.block(format_block({"episode/return": 1.0}, 2, 4, 8, 10.0, 0.8))
     assert not report.due(3)  # the interval restarts at each block
     now[0] = 20.5
     assert report.due(3)

@@ -15,7 +15,7 @@ import torch
 from conftest import TINY_PRETRAIN, assert_same_training
 
 import myriad.pretrain.runner as pretrain_runner
-from myriad.pretrain import pretrain
+from myriad.pretrain.collaborators import PopulationMeasurement, RunShape, knn_measurement
 from myriad.pretrain.objectives import EntropyMeasurement
 
 
@@ -81,20 +81,40 @@ class _WaitedMeasurement(EntropyMeasurement):
         pass
 
 
-def test_training_is_the_same_with_the_search_deferred(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    overrides = [*TINY_PRETRAIN, "iterations=2", "dataset.enabled=false"]
-    pretrain(overrides, run_dir=tmp_path / "deferred", quiet=True)
-    monkeypatch.setattr(pretrain_runner, "EntropyMeasurement", _WaitedMeasurement)
-    pretrain(overrides, run_dir=tmp_path / "waited", quiet=True)
+def test_training_is_the_same_with_the_search_deferred(tmp_path: Path) -> None:
+    """A runner given a measurement that always waits for the per-member search learns what
+    the default (deferring at beta = 1) learns."""
+    from myriad.pretrain.api import resolve_config
 
-    def last_checkpoint(run: Path) -> dict:
-        return torch.load(sorted((run / "checkpoints").glob("iter_*.pt"))[-1], weights_only=False)
+    cfg = resolve_config([*TINY_PRETRAIN, "iterations=2", "dataset.enabled=false"])
 
-    assert_same_training(
-        last_checkpoint(tmp_path / "deferred"), last_checkpoint(tmp_path / "waited")
-    )
+    def waited(run: RunShape) -> PopulationMeasurement:
+        obj = run.config["objective"]
+        entropy = _WaitedMeasurement(
+            int(obj["k"]),
+            run.num_members,
+            run.env.features.dim,
+            backend=str(obj["backend"]),
+            min_distance=float(obj["min_distance"]),
+        )
+        return PopulationMeasurement(entropy, knn_measurement(run).coverage)
+
+    runs = []
+    for name, measurement in (("deferred", knn_measurement), ("waited", waited)):
+        runner = pretrain_runner.PretrainRunner(cfg, tmp_path / name, measurement=measurement)
+        assert isinstance(runner.measure, _WaitedMeasurement) is (name == "waited")
+        try:
+            runner.learn(2)
+            runs.append(
+                {
+                    "state": {"model": runner.model.state_dict()},
+                    "logger": runner.logger.state_dict(),
+                }
+            )
+        finally:
+            runner.close()
+    assert runs[0]["state"]["model"] and runs[0]["logger"]["history"]
+    assert_same_training(*runs)
 
 
 @pytest.mark.parametrize(("beta", "deferred"), [(1.0, True), (0.5, False)])

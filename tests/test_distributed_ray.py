@@ -246,12 +246,15 @@ def test_worker_error_surfaces_with_its_traceback(remote):
 
 
 def test_run_config_with_distributed_entry_builds_remote_envs(ray_session):
-    """``make_from_config`` (envs layer) builds Ray-backed envs through the factory that
-    myriad.distributed installs, and local envs without the entry."""
+    """``make_from_config`` (envs layer) builds Ray-backed envs through the factory it is
+    given (``myriad.distributed.make_distributed``, what the commands pass), and local envs
+    without the entry."""
+    from myriad.distributed import make_distributed
     from myriad.envs import make_from_config
 
     env_cfg = {"name": ENV, "options": OPTIONS}
-    env = make_from_config(env_cfg, 3, "cpu", {"workers": {"num_workers": 1, **WORKER}})
+    distributed = {"workers": {"num_workers": 1, **WORKER}}
+    env = make_from_config(env_cfg, 3, "cpu", distributed, remote=make_distributed)
     try:
         assert isinstance(env, RemoteVecEnv) and env.name == ENV and env.num_envs == 3
         assert torch.equal(env.reset(5), make(ENV, 3, **OPTIONS).reset(shard_seed(5, 0)))

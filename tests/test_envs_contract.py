@@ -139,3 +139,47 @@ def test_checker_accepts_a_deterministic_start():
     assert check_env(_Slider(4), steps=16).ok
     with pytest.raises(ContractError, match="auto-reset"):
         check_env(_Slider(4, reset_on_end=False), steps=16)
+
+
+def test_every_family_declares_the_task_attributes_that_evaluation_and_figures_read():
+    """``task``, ``layout`` and ``goal_pos`` are attributes of every VecEnv (defaults None);
+    the families that have them set them, with the shared layout interface."""
+    from myriad.envs.base import NO_TASK
+    from myriad.envs.layout import Layout
+
+    nav = make("nav-maze", 2, task="none")
+    assert nav.task == NO_TASK and not nav.has_task_reward
+    assert isinstance(nav.layout, Layout) and nav.goal_pos is None
+    assert nav.layout.walls_xy().shape == (nav.layout.width, nav.layout.height)
+    assert make("nav-maze", 2, task="sparse").has_task_reward
+    cheetah = make("gymnasium", 2, env_id="Pendulum-v1")
+    assert (cheetah.task, cheetah.layout, cheetah.goal_pos) == (None, None, None)
+    assert cheetah.has_task_reward
+    cheetah.close()
+
+
+def test_the_ant_maze_layout_has_the_nav_layout_interface():
+    """AntMaze's walls come out as the nav layout's do: ``[ix, iy]``, y upward, one per cell
+    (the coverage map draws them over the features' bounds)."""
+    pytest.importorskip("mujoco")
+    from myriad.envs.mujoco.models import U_MAZE
+
+    walls = U_MAZE.walls_xy()
+    # Rows top to bottom: 11111 / 1r001 / 11101 / 1g001 / 11111; columns x = 2 and 3 read
+    # from the bottom row (y = 0) up.
+    assert walls.shape == (5, 5) and walls.dtype == np.bool_
+    assert walls[:, 0].all() and walls[:, 4].all()
+    assert walls[2].tolist() == [True, False, True, False, True]
+    assert walls[3].tolist() == [True, False, False, False, True]
+    env = make("mujoco-antmaze-u", 1)
+    try:
+        assert env.layout is U_MAZE and env.task is None and env.goal_pos is None
+        assert report_row(env, "task attributes")
+    finally:
+        env.close()
+
+
+def report_row(env, check: str) -> bool:
+    from myriad.envs.checker import run_checks
+
+    return dict((name, ok) for name, ok, _ in run_checks(env, steps=2).rows)[check]

@@ -10,6 +10,7 @@ import yaml
 from conftest import TINY_PRETRAIN
 
 from myriad.datasets import read_d4rl
+from myriad.distributed import make_distributed
 from myriad.pretrain import pretrain
 from myriad.pretrain.api import resolve_config
 from myriad.pretrain.runner import PretrainRunner
@@ -157,6 +158,7 @@ def test_pretraining_runs_on_ray_workers_through_config(tmp_path):
             [*TINY_PRETRAIN, "iterations=2", "checkpoint_every=0", "distributed=local"],
             run_dir=tmp_path / "ray",
             quiet=True,
+            remote_envs=make_distributed,
         )
     finally:
         ray.shutdown()
@@ -174,11 +176,13 @@ def test_run_on_ray_workers_with_the_aps_settings_of_earlier_versions_resumes(tm
     )
     cfg["distributed"]["aps"] = {"delta": 0.01, "horizon": 64, "max_lag": None}
     try:
-        runner = PretrainRunner(cfg, tmp_path / "old")
+        runner = PretrainRunner(cfg, tmp_path / "old", remote_envs=make_distributed)
         runner.learn(1)
         runner.close()
         runner.env.close()  # its workers hold the CPUs that the resumed run's workers need
-        summary = pretrain(["iterations=2"], resume=tmp_path / "old", quiet=True)
+        summary = pretrain(
+            ["iterations=2"], resume=tmp_path / "old", quiet=True, remote_envs=make_distributed
+        )
     finally:
         ray.shutdown()
     assert summary["env_steps"] == 2 * 16 * 64

@@ -3,6 +3,7 @@ gradients."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import threading
 from collections.abc import Iterator
@@ -15,6 +16,14 @@ import myriad.nn.chunked as chunking
 from myriad.nn.activations import ELU
 from myriad.nn.linear import Linear, batched_linear, linear
 from myriad.nn.mlp import MLP
+from myriad.utils.process import process_settings
+
+
+def wait_policy(monkeypatch: pytest.MonkeyPatch, policy: str | None) -> None:
+    """Run the MLPs as if start-up had found OpenMP's wait policy ``policy``."""
+    settings = dataclasses.replace(process_settings(), openmp_wait_policy=policy)
+    monkeypatch.setattr(chunking, "_settings", settings)
+
 
 # (M, n, in, out): in < out, out < in, one output (matrix-vector), square.
 SHAPES = [(1, 5, 3, 9), (3, 4, 9, 2), (2, 5, 9, 1), (2, 3, 5, 5)]
@@ -111,7 +120,7 @@ def test_chunks_hold_one_l2_share_whatever_the_thread_count(
 @pytest.fixture
 def two_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Two torch threads, and idle OpenMP threads that sleep: the MLP runs two streams."""
-    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    wait_policy(monkeypatch, "PASSIVE")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -185,9 +194,23 @@ def test_spinning_openmp_threads_split_each_op_instead(
     x = torch.randn(64, 5)
     assert chunking._streams(x) == 2
     for policy in ("", "ACTIVE"):
-        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        wait_policy(monkeypatch, policy)
         assert chunking._streams(x) == 1
-    monkeypatch.delenv("OMP_WAIT_POLICY")
+    wait_policy(monkeypatch, None)
+    assert chunking._streams(x) == 1
+
+
+def test_the_streams_follow_start_up_settings_not_the_environment_read_later(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The OpenMP runtime read its policy when torch loaded it: a variable changed afterwards
+    says nothing about the runtime, and the MLP keeps start-up's decision."""
+    monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
+    x = torch.randn(64, 5)
+    for policy in ("ACTIVE", "PASSIVE"):
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        assert chunking._streams(x) == 2
+    chunking.use_process_settings(dataclasses.replace(process_settings(), openmp_wait_policy=None))
     assert chunking._streams(x) == 1
 
 
@@ -253,7 +276,7 @@ def test_member_heads_on_chunks_match_the_mlp_then_batched_linear(
     # 16-row chunks: members' blocks start inside chunks (13, 7 rows) or span several (40).
     monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 7)
     if streams:
-        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+        wait_policy(monkeypatch, "PASSIVE")
         monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
         monkeypatch.setattr(chunking.torch, "get_num_threads", lambda: 2)
     else:
@@ -294,7 +317,7 @@ def test_bias_after_the_product_and_bias_gradients_by_product_give_the_same_numb
     monkeypatch.setattr(chunking, "BIAS_AFTER_PRODUCT_MIN_IN", 1)
     monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 7)
     monkeypatch.setattr(chunking.torch, "get_num_threads", lambda: threads)
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    wait_policy(monkeypatch, None)
     chunked, plain = _mlp_pair((torch.nn.ELU(), torch.nn.ELU()), True)
     x = torch.randn(40, 5, dtype=torch.float64, requires_grad=True)
     assert_same_values_and_gradients(chunked, plain, x)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from myriad.envs.base import VecEnv
 from myriad.envs.layout import Layout
 
 #: Default smallest share of the successful episodes a solution must hold to count.
@@ -146,12 +147,12 @@ class RegionMap:
         return cls(tuple(low), tuple(high), (int(bins),) * len(low))
 
     @classmethod
-    def for_env(cls, env: Any, bins: int = DEFAULT_GRID_BINS) -> RegionMap:
-        """The layout's regions for a navigation env (one with a ``layout``), else a coarse grid
-        of ``bins`` cells per feature over the env's feature bounds."""
-        layout = getattr(env, "layout", None)
-        if isinstance(layout, Layout):
-            return cls.for_layout(layout)
+    def for_env(cls, env: VecEnv, bins: int = DEFAULT_GRID_BINS) -> RegionMap:
+        """The layout's regions for a navigation env (its ``layout`` a nav
+        :class:`~myriad.envs.layout.Layout`), else a coarse grid of ``bins`` cells per feature
+        over the env's feature bounds."""
+        if isinstance(env.layout, Layout):
+            return cls.for_layout(env.layout)
         return cls.grid(env.features.low, env.features.high, bins)
 
     @property

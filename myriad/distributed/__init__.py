@@ -9,9 +9,10 @@ and the classes that need it say what to install when they are used.
   only when their policy drifted by more than ``delta`` nats (:class:`AdaptiveSync`).
 - :func:`load_config` / :func:`init_ray`: the ``local`` and ``cluster`` presets.
 
-Importing this package installs :class:`RemoteVecEnv` as the env factory of run configs with a
-``distributed`` entry (:func:`myriad.envs.registry.make_from_config`): the envs layer below does
-not import it.
+:func:`make_distributed` is the :class:`~myriad.envs.registry.RemoteEnvFactory` of run configs
+with a ``distributed`` entry: ``myriad pretrain`` and ``myriad finetune`` (the command layer) hand
+it down to the runners' env builder (:func:`myriad.envs.registry.make_from_config`); the layers
+below never import this package.
 """
 
 from typing import Any
@@ -49,7 +50,6 @@ from myriad.distributed.rollout import APSCollector, RolloutBatch, state_dict_by
 from myriad.distributed.shards import derive_seed, shard_seed, split_envs
 from myriad.distributed.worker import EnvWorker, WorkerStateLost
 from myriad.envs.base import VecEnv
-from myriad.envs.registry import set_distributed_factory
 
 
 def make_distributed(
@@ -63,8 +63,6 @@ def make_distributed(
     preset name or mapping of a run config says."""
     return RemoteVecEnv.from_config(name, num_envs, distributed, device, env_options=options)
 
-
-set_distributed_factory(make_distributed)
 
 __all__ = [
     "APSCollector",

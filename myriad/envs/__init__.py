@@ -3,6 +3,7 @@
 from myriad.envs.base import ActionError, FeatureSpec, TensorVecEnv, VecEnv, validate_actions
 from myriad.envs.registry import (
     EnvConfigError,
+    RemoteEnvFactory,
     UnknownEnvError,
     import_env_modules,
     make,
@@ -15,6 +16,7 @@ __all__ = [
     "ActionError",
     "EnvConfigError",
     "FeatureSpec",
+    "RemoteEnvFactory",
     "TensorVecEnv",
     "UnknownEnvError",
     "VecEnv",

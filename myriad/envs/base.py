@@ -18,13 +18,18 @@ dimension ``p``.
 - ``done [E]``: ``terminated | truncated``.
 - ``episode_return [E]`` and ``episode_length [E]``: the return and length of episodes that
   ended at this step (zeros elsewhere; select them with ``done``).
+
+Besides the spaces, three attributes describe the task for evaluation, solution counting and
+figures; each has a default, and the families that have one set it: ``task`` (the reward of a
+family that offers several, :data:`NO_TASK` for none), ``layout`` (the map of a maze-like env,
+an :class:`EnvLayout`) and ``goal_pos`` (a fixed goal position).
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -184,6 +189,26 @@ class FeatureSpec:
         )
 
 
+#: The ``task`` of an env that pays no task reward (the nav envs' pretraining setting): it cannot
+#: be finetuned on, and its evaluation reports no return.
+NO_TASK = "none"
+
+
+class EnvLayout(Protocol):
+    """The map of a maze-like env, shared by the nav envs' :class:`~myriad.envs.layout.Layout`
+    (unit cells from the origin) and AntMaze's :class:`~myriad.envs.mujoco.models.MazeLayout`
+    (``scale``-metre cells centred on the origin). Row 0 of the text is the top of the map."""
+
+    def walls_xy(self) -> np.ndarray:
+        """Walls as a ``[W, H]`` bool grid indexed ``[ix, iy]`` (x, then y upward), one entry
+        per cell: the layout drawn under a figure over the env's feature bounds."""
+        ...
+
+    def cell_center(self, row: int, col: int) -> tuple[float, float]:
+        """World ``(x, y)`` of the centre of the cell at text ``(row, col)``."""
+        ...
+
+
 class VecEnv(abc.ABC):
     """A batch of ``num_envs`` environments stepped together on one torch device.
 
@@ -195,6 +220,11 @@ class VecEnv(abc.ABC):
         features: the entropy features and their bounds.
         max_episode_steps: episodes are truncated after this many steps.
         name: registry name of the environment (set by :func:`myriad.envs.make`).
+        task: the reward of a family that offers several (nav: ``"sparse"``, ``"dense"``,
+            ``"multigoal"``, or :data:`NO_TASK`); None where the env has one reward.
+        layout: the map of a maze-like env (nav, AntMaze); None elsewhere.
+        goal_pos: ``[d]`` a fixed goal position in world coordinates (the Shadow hand's
+            target, which the renderer's camera looks at); None where there is none.
     """
 
     num_envs: int
@@ -204,6 +234,14 @@ class VecEnv(abc.ABC):
     features: FeatureSpec
     max_episode_steps: int
     name: str = ""
+    task: str | None = None
+    layout: EnvLayout | None = None
+    goal_pos: torch.Tensor | None = None
+
+    @property
+    def has_task_reward(self) -> bool:
+        """Whether the env pays a task reward (all but those whose ``task`` is :data:`NO_TASK`)."""
+        return self.task != NO_TASK
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> torch.Tensor:

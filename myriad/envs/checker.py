@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gymnasium as gym
+import numpy as np
 import torch
 
 from myriad.envs.base import ActionError, VecEnv
@@ -52,6 +54,27 @@ def _check_spaces(env: VecEnv) -> str:
         return "env declares no entropy features"
     if env.max_episode_steps < 1:
         return f"max_episode_steps must be >= 1, got {env.max_episode_steps}"
+    return ""
+
+
+def _check_task_attributes(env: VecEnv) -> str:
+    """``task``, ``layout`` and ``goal_pos``, which evaluation and figures read, have their
+    declared types: a layout's wall grid has one entry per cell, ``goal_pos`` is a vector on the
+    env's device."""
+    if env.task is not None and not isinstance(env.task, str):
+        return f"task must be a str or None, got {env.task!r}"
+    if env.layout is not None:
+        walls = np.asarray(env.layout.walls_xy())
+        if walls.dtype != np.bool_ or walls.ndim != 2 or walls.all():
+            return f"layout.walls_xy() must be a 2-D bool grid with free cells, got {walls!r}"
+        x, y = env.layout.cell_center(0, 0)
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return f"layout.cell_center(0, 0) must be finite, got {(x, y)}"
+    goal = env.goal_pos
+    if goal is not None and (
+        not isinstance(goal, torch.Tensor) or goal.ndim != 1 or goal.device.type != env.device.type
+    ):
+        return f"goal_pos must be a 1-D tensor on {env.device} or None, got {goal!r}"
     return ""
 
 
@@ -193,6 +216,7 @@ CHECKS: dict[str, Callable[..., str]] = {
     "spaces": _check_spaces,
     "reset": _check_reset,
     "step": _check_step,
+    "task attributes": _check_task_attributes,
     "time limit": _check_time_limit,
     "auto-reset": _check_autoreset,
     "seeding": _check_seeding,

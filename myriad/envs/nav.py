@@ -136,6 +136,10 @@ class PointNavEnv(TensorVecEnv):
         validate: check actions every step (see :class:`TensorVecEnv`).
     """
 
+    # The VecEnv attributes, always set: the map, and the task (``"none"``: no reward).
+    layout: Layout
+    task: str
+
     def __init__(
         self,
         num_envs: int,

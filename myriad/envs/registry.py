@@ -224,18 +224,21 @@ def import_env_modules(modules: str | list[str] | tuple[str, ...] | None) -> Non
             ) from exc
 
 
-#: The package that runs envs in other processes or machines (it sits above the envs): imported
-#: on the first run config with a ``distributed`` entry, it installs its factory with
-#: :func:`set_distributed_factory`.
-DISTRIBUTED_MODULE = "myriad.distributed"
-_distributed_factory: Callable[..., VecEnv] | None = None
+class RemoteEnvFactory(typing.Protocol):
+    """Builds the envs of a run config with a ``distributed`` entry (envs in other processes or
+    machines behind the VecEnv interface). The command layer chooses it (``myriad pretrain`` and
+    ``myriad finetune`` pass :func:`myriad.distributed.make_distributed`, the Ray workers) and
+    hands it down to :func:`make_from_config`; the envs layer never imports the package that
+    provides it."""
 
-
-def set_distributed_factory(factory: Callable[..., VecEnv]) -> None:
-    """Install the builder of distributed envs used by :func:`make_from_config`:
-    ``factory(name, num_envs, distributed, device, options) -> VecEnv``."""
-    global _distributed_factory
-    _distributed_factory = factory
+    def __call__(
+        self,
+        name: str,
+        num_envs: int,
+        distributed: dict[str, Any] | str,
+        device: torch.device | str,
+        options: dict[str, Any],
+    ) -> VecEnv: ...
 
 
 def make_from_config(
@@ -243,13 +246,17 @@ def make_from_config(
     num_envs: int,
     device: torch.device | str = "cpu",
     distributed: dict[str, Any] | str | None = None,
+    remote: RemoteEnvFactory | None = None,
 ) -> VecEnv:
     """Build the env of a run config: ``env_cfg = {"name": ..., "options": {...}}``, after
     importing ``env_cfg["module"]`` (if any: the module that registers the env).
 
     With ``distributed`` (a ``configs/distributed`` preset name or its mapping), the envs run in
-    Ray workers behind the same VecEnv interface (the learner computes the actions), built by
-    the factory of :data:`DISTRIBUTED_MODULE`; otherwise locally with :func:`make`.
+    other processes behind the same VecEnv interface (the learner computes the actions), built
+    by ``remote`` (the caller's :class:`RemoteEnvFactory`); otherwise locally with :func:`make`.
+
+    Raises:
+        EnvConfigError: ``distributed`` without a ``remote`` factory to build it.
     """
     missing = [k for k in ("name", "module") if env_cfg.get(k) == "???"]
     if missing:  # env=custom leaves both to the user (Hydra's mandatory value)
@@ -260,11 +267,13 @@ def make_from_config(
     import_env_modules(env_cfg.get("module"))
     name, options = str(env_cfg["name"]), dict(env_cfg.get("options") or {})
     if distributed:
-        if _distributed_factory is None:
-            importlib.import_module(DISTRIBUTED_MODULE)  # installs its factory
-        if _distributed_factory is None:
-            raise RuntimeError(f"{DISTRIBUTED_MODULE} did not install a distributed env factory")
-        env = _distributed_factory(name, num_envs, distributed, device, options)
+        if remote is None:
+            raise EnvConfigError(
+                f"distributed={distributed!r} runs the envs on workers, and no factory of "
+                "remote envs was given: run it with `myriad pretrain|finetune`, or pass "
+                "remote_envs=myriad.distributed.make_distributed to pretrain()/finetune()"
+            )
+        env = remote(name, num_envs, distributed, device, options)
         env.name = name
         return env
     return make(name, num_envs, device, **options)

@@ -7,18 +7,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from myriad.envs import RemoteEnvFactory
 from myriad.finetune.algorithms import check_algorithm, check_algorithm_config
 from myriad.finetune.init import init_config
 from myriad.finetune.settings import check_finetune_config, note_coupling_mode
 from myriad.nn.population import check_population
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import ConfigError, compose, resumed_config
-from myriad.utils.launch import RankLauncher, RunRequest, on_torchrun_rank
+from myriad.utils.launch import RankRunner, RunRequest, on_torchrun_rank, run_on_ranks
 from myriad.utils.logging import print_report
-
-#: What :func:`finetune` runs on a rank of a ``torchrun`` launch (installed by
-#: :mod:`myriad.distributed.torchdist`).
-RANKS = RankLauncher()
 
 
 def _algo_override(overrides: Sequence[str]) -> str | None:
@@ -82,6 +79,9 @@ def finetune(
     run_dir: str | Path | None = None,
     quiet: bool = False,
     overwrite: bool = False,
+    *,
+    ranks: RankRunner | None = None,
+    remote_envs: RemoteEnvFactory | None = None,
 ) -> dict[str, Any]:
     """Run finetuning; returns the run summary (also in ``<run>/summary.json``).
 
@@ -92,20 +92,22 @@ def finetune(
             :mod:`myriad.finetune.init` for the rule); without it members start fresh.
         resume: a finetuning run folder or checkpoint to continue (its config is reused).
         run_dir: where to write the run (default ``runs/finetune/<algo>-<env>-<time>``).
-        quiet: do not print the closing report.
-        overwrite: replace the run in ``run_dir`` (a myriad run folder) instead of refusing.
+        quiet, overwrite, remote_envs: as for :func:`myriad.pretrain.pretrain`.
+        ranks: as for :func:`myriad.pretrain.pretrain`, with
+            :func:`myriad.distributed.torchdist.finetune_on_ranks`.
     """
     from myriad.finetune.runner import FinetuneRunner
 
     if on_torchrun_rank():
-        return RANKS(RunRequest(overrides, resume, run_dir, quiet, overwrite, algo, init))
+        request = RunRequest(overrides, resume, run_dir, quiet, overwrite, algo, init)
+        return run_on_ranks("finetune", request, ranks)
     cfg = resolve_config(algo, overrides, init, resume)
     check_population(int(cfg["num_envs"]), int(cfg["population"]["size"]))
     summary, folder = train_in_folder(
         "finetune",
         f"{cfg['algo']['name']}-{cfg['env']['name']}",
         cfg,
-        FinetuneRunner,
+        lambda c, folder: FinetuneRunner(c, folder, remote_envs=remote_envs),
         resume=resume,
         run_dir=run_dir,
         overwrite=overwrite,

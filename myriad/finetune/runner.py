@@ -18,13 +18,18 @@ from typing import Any, ClassVar
 
 from myriad.assess.diagnostics import Diagnostics
 from myriad.assess.evaluation import PopulationEvaluation, PopulationEvaluator
-from myriad.envs import make
+from myriad.envs import RemoteEnvFactory, make
 from myriad.envs.base import VecEnv
 from myriad.finetune.algorithms import build_algorithm
 from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.init import InitReport, initialise
 from myriad.finetune.tracking import member_scalars
-from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
+from myriad.rl.on_policy import (
+    STAGE_RESUME_IGNORED_KEYS,
+    OnPolicyRunner,
+    population_setup,
+    runner_settings,
+)
 from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.checkpoint import latest_checkpoint
@@ -37,7 +42,7 @@ from myriad.viz.runs import TrainingVideos, evaluation_behaviour_plots
 
 def check_task(env: VecEnv) -> None:
     """Refuse an env without a task reward (a nav env with ``task=none``)."""
-    if getattr(env, "task", None) == "none":
+    if not env.has_task_reward:
         raise ConfigError(
             f"env {env.name} has no task reward (task=none, the pretraining setting): finetune "
             f"on task=sparse, dense or multigoal"
@@ -55,14 +60,13 @@ class FinetuneRunner(OnPolicyRunner):
             share of the envs, gathers every rank's rollout into :attr:`storage` and learns as
             :attr:`update_split` says; the writer alone runs the final evaluation and writes
             the run folder.
+        remote_envs: builds the envs of a config with a ``distributed`` entry (the command
+            layer's choice; :func:`~myriad.envs.registry.make_from_config`).
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
         *OnPolicyRunner.RESUME_IGNORED_KEYS,
-        "iterations",
-        "torch_threads",
-        "eval.*",
-        "video.*",
+        *STAGE_RESUME_IGNORED_KEYS,
     )
     #: torchrun runs wrote this name before ranks became a role of this runner.
     CHECKPOINT_NAMES: ClassVar[tuple[str, ...]] = ("ShardedFinetuneRunner",)
@@ -74,9 +78,10 @@ class FinetuneRunner(OnPolicyRunner):
         cfg: Mapping[str, Any],
         run_dir: str | os.PathLike[str],
         role: ProcessRole | None = None,
+        remote_envs: RemoteEnvFactory | None = None,
     ) -> None:
         role = role if role is not None else SingleProcess()
-        setup = population_setup(cfg, role.env_shard)
+        setup = population_setup(cfg, role.env_shard, remote_envs=remote_envs)
         check_task(setup.env)
         cfg = setup.config
         self.seed = setup.seed

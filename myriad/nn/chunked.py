@@ -15,7 +15,8 @@ output's gradient, as wide as the trunk, exists only one chunk at a time instead
 ReLU, tanh); MLPs with other activations, inputs that are not ``[N, in]`` on the CPU and inputs
 of at most one chunk (4,096 rows of a 64-unit MLP) get None here and run layer by layer.
 
-When idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, which importing myriad sets)
+When idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, which importing myriad sets; the
+start-up's :class:`~myriad.utils.process.ProcessSettings` say so, :func:`use_process_settings`)
 and there are ``T > 1`` torch threads, the rows are split into ``T`` contiguous streams of
 chunks, each run by its own single-threaded worker thread (torch releases the GIL inside its
 kernels): splitting every 4,096-row op over OpenMP threads would wake the sleeping threads once
@@ -42,6 +43,7 @@ from torch.autograd.function import once_differentiable
 
 from myriad.nn.activations import ELU, elu_, elu_grad
 from myriad.nn.tracing import exporting
+from myriad.utils.process import ProcessSettings, process_settings
 
 #: Rows per chunk are chosen so that one activation of the widest layer takes about this many
 #: bytes (a CPU core's L2 cache: each worker thread runs its own chunks).
@@ -125,11 +127,22 @@ def _workers(count: int) -> ThreadPoolExecutor:
 MIN_STREAM_ROWS = 1024
 
 
+#: The process settings the MLP runs under: start-up's decision (:mod:`myriad.utils.process`,
+#: applied before torch loaded its OpenMP runtime), not the environment read again here.
+_settings: ProcessSettings = process_settings()
+
+
+def use_process_settings(settings: ProcessSettings) -> None:
+    """Run the MLPs of this process under ``settings`` (start-up's by default; a program that
+    set up its OpenMP runtime differently hands what it did)."""
+    global _settings
+    _settings = settings
+
+
 def openmp_threads_sleep() -> bool:
     """Whether idle OpenMP threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``) rather than spin
-    for a while (libgomp's default). The runtime reads the variable when it loads; importing
-    myriad sets it before torch is imported (:mod:`myriad.utils.process`)."""
-    return os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
+    for a while (libgomp's default), as the process settings say."""
+    return _settings.openmp_threads_sleep
 
 
 def _streams(x: torch.Tensor) -> int:

@@ -6,15 +6,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from myriad.envs import RemoteEnvFactory
 from myriad.pretrain.settings import check_pretrain_config
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import compose, resumed_config
-from myriad.utils.launch import RankLauncher, RunRequest, on_torchrun_rank
+from myriad.utils.launch import RankRunner, RunRequest, on_torchrun_rank, run_on_ranks
 from myriad.utils.logging import print_report
-
-#: What :func:`pretrain` runs on a rank of a ``torchrun`` launch (installed by
-#: :mod:`myriad.distributed.torchdist`).
-RANKS = RankLauncher()
 
 
 def resolve_config(
@@ -36,6 +33,9 @@ def pretrain(
     run_dir: str | Path | None = None,
     quiet: bool = False,
     overwrite: bool = False,
+    *,
+    ranks: RankRunner | None = None,
+    remote_envs: RemoteEnvFactory | None = None,
 ) -> dict[str, Any]:
     """Run K-Myriad pretraining; returns the run summary (also in ``<run>/summary.json``).
 
@@ -46,18 +46,25 @@ def pretrain(
             that already holds files is refused unless ``overwrite``.
         quiet: do not print the closing report.
         overwrite: replace the run in ``run_dir`` (a myriad run folder) instead of refusing.
+        ranks: what runs the call on a rank of a ``torchrun`` launch
+            (:func:`myriad.distributed.torchdist.pretrain_on_ranks`; ``myriad pretrain`` passes
+            it there).
+        remote_envs: builds the envs of a config with a ``distributed`` entry
+            (:func:`myriad.distributed.make_distributed`, Ray workers; ``myriad pretrain``
+            passes it).
     """
     from myriad.pretrain.runner import PretrainRunner
 
     if on_torchrun_rank():
-        return RANKS(RunRequest(overrides, resume, run_dir, quiet, overwrite))
+        request = RunRequest(overrides, resume, run_dir, quiet, overwrite)
+        return run_on_ranks("pretrain", request, ranks)
     cfg = resolve_config(overrides, resume)
     summary, folder = train_in_folder(
         "pretrain",
         # runs/pretrain/<env>-<time>: a Gymnasium env's id rather than "gymnasium"
         str(cfg["env"].get("id") or cfg["env"]["name"]).replace("/", "-"),
         cfg,
-        PretrainRunner,
+        lambda c, folder: PretrainRunner(c, folder, remote_envs=remote_envs),
         resume=resume,
         run_dir=run_dir,
         overwrite=overwrite,

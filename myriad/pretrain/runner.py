@@ -17,11 +17,22 @@ from typing import Any, ClassVar
 
 import torch
 
-from myriad.datasets.recorder import DatasetRecorder, dataset_location, dataset_metadata
-from myriad.entropy import CoverageTracker
-from myriad.envs import make
-from myriad.pretrain.objectives import EntropyMeasurement, build_objective
-from myriad.rl.on_policy import OnPolicyRunner, population_setup, runner_settings
+from myriad.envs import RemoteEnvFactory, make
+from myriad.pretrain.collaborators import (
+    DatasetSink,
+    MeasurementFactory,
+    RunShape,
+    SinkFactory,
+    knn_measurement,
+    recorder_sink,
+)
+from myriad.pretrain.objectives import build_objective
+from myriad.rl.on_policy import (
+    STAGE_RESUME_IGNORED_KEYS,
+    OnPolicyRunner,
+    population_setup,
+    runner_settings,
+)
 from myriad.rl.ppo import PPO, ppo_config
 from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.utils.faults import fault_point
@@ -41,14 +52,17 @@ class PretrainRunner(OnPolicyRunner):
             envs; the k-NN measurement reads every rank's features, the update averages the
             gradients over the ranks, and the writer alone records the dataset (every rank's
             rows, in the order of one process), evaluates and writes the run folder.
+        remote_envs: builds the envs of a config with a ``distributed`` entry (the command
+            layer's choice; :func:`~myriad.envs.registry.make_from_config`).
+        dataset_sink: builds the writer's sink of the dataset rows when ``dataset.enabled``
+            (default: the run's HDF5 dataset; :mod:`myriad.pretrain.collaborators`).
+        measurement: builds the rollouts' k-NN measurement and coverage (default: the
+            objective's settings).
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
         *OnPolicyRunner.RESUME_IGNORED_KEYS,
-        "iterations",
-        "eval.*",
-        "torch_threads",
-        "video.*",
+        *STAGE_RESUME_IGNORED_KEYS,
     )
     #: torchrun runs wrote this name before ranks became a role of this runner.
     CHECKPOINT_NAMES: ClassVar[tuple[str, ...]] = ("ShardedPretrainRunner",)
@@ -58,10 +72,15 @@ class PretrainRunner(OnPolicyRunner):
         cfg: Mapping[str, Any],
         run_dir: str | os.PathLike[str],
         role: ProcessRole | None = None,
+        remote_envs: RemoteEnvFactory | None = None,
+        dataset_sink: SinkFactory = recorder_sink,
+        measurement: MeasurementFactory = knn_measurement,
     ) -> None:
         role = role if role is not None else SingleProcess()
         obj_cfg = cfg["objective"]
-        setup = population_setup(cfg, role.env_shard, min_states=int(obj_cfg["k"]))
+        setup = population_setup(
+            cfg, role.env_shard, min_states=int(obj_cfg["k"]), remote_envs=remote_envs
+        )
         cfg = setup.config
         # The member of every env of the run [E]; this process steps the envs `setup.envs`.
         self.member = setup.member
@@ -80,40 +99,20 @@ class PretrainRunner(OnPolicyRunner):
             **runner_settings(cfg),
         )
         self.num_members = self.model.num_members
-        local = EntropyMeasurement(
-            int(obj_cfg["k"]),
-            self.num_members,
-            self.env.features.dim,
-            backend=str(obj_cfg.get("backend", "auto")),
-            min_distance=float(obj_cfg.get("min_distance", 1e-3)),
-        )
-        self.measure = role.measurement(local, setup.envs)
+        shape = RunShape(cfg, self.run_dir, self.env, len(self.member), self.num_members)
+        measures = measurement(shape)
+        self.measure = role.measurement(measures.entropy, setup.envs)
         self.objective = build_objective(obj_cfg, self.model, self.algorithm)
         # At beta = 1 neither objective reads the per-member neighbours before the update ends,
         # so on CPU their search overlaps the update (docs/pretrain.md, k-NN share).
         self.measure.defer_members = float(obj_cfg["beta"]) == 1.0
-        # Coverage of each rollout and of everything visited so far (None: no grid).
-        self.coverage = (
-            CoverageTracker(self.env.features, self.num_members, self.env.device)
-            if self.env.features.cells
-            else None
-        )
-        env = self.env
+        # Coverage of each rollout and of everything visited so far (None: not measured).
+        self.coverage = measures.coverage
         #: Whether the run records a dataset (the writer's :attr:`dataset`; every process sends
         #: its rows).
         self.records_dataset = bool(cfg["dataset"]["enabled"])
-        self.dataset = (
-            DatasetRecorder(
-                dataset_location(self.run_dir, str(cfg["dataset"]["path"])),
-                env.obs_dim,
-                env.action_dim,
-                env.features.names,
-                len(self.member),
-                env.max_episode_steps,
-                dataset_metadata(cfg, self.num_members, env.features.names),
-            )
-            if self.records_dataset and role.is_writer
-            else None
+        self.dataset: DatasetSink | None = (
+            dataset_sink(shape) if self.records_dataset and role.is_writer else None
         )
         # None unless video.every; the writer alone records.
         self.videos = TrainingVideos.from_config(cfg, self.run_dir) if role.is_writer else None
@@ -273,13 +272,13 @@ class PretrainRunner(OnPolicyRunner):
             return result
         self.status(f"writing the coverage map and behaviour plots into {self.plots_dir}")
         spec = spec.with_data_bounds(flat)  # plots need bounds: the data's where the env has none
-        walls = getattr(self.env, "layout", None)
+        layout = self.env.layout
         coverage_map(
             self.plots_dir / "coverage_map.png",
             features.reshape(-1, spec.dim).cpu().numpy(),
             member.reshape(-1).cpu().numpy(),
             spec,
-            walls=walls.walls_xy() if walls is not None else None,
+            walls=layout.walls_xy() if layout is not None else None,
             coverage=result.get("eval_coverage_per_member"),
             union_coverage=result.get("eval_coverage_union"),
             title=(
@@ -297,7 +296,7 @@ class PretrainRunner(OnPolicyRunner):
     def finish(self) -> dict[str, Any]:
         """Close the dataset, evaluate, write plots and ``summary.json``; returns the writer's
         summary (on every process)."""
-        if self.dataset is not None:
+        if self.dataset is not None and self.dataset.path is not None:
             self.status(f"closing the dataset {self.dataset.path}")
         dataset = self.dataset.finish(self.iteration_count) if self.dataset is not None else None
         fault_point("run.dataset_finished")
@@ -319,8 +318,9 @@ class PretrainRunner(OnPolicyRunner):
 
 
 class _DatasetState:
-    """Checkpoint adapter of the run's :class:`DatasetRecorder`: its state depends on the
-    iteration the checkpoint was taken at, which the runner restores first."""
+    """Checkpoint adapter of the run's :class:`~myriad.pretrain.collaborators.DatasetSink`: its
+    state depends on the iteration the checkpoint was taken at, which the runner restores
+    first."""
 
     def __init__(self, runner: PretrainRunner) -> None:
         self.runner = runner
@@ -331,7 +331,7 @@ class _DatasetState:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._recorder().load_state_dict(state, self.runner.iteration_count)
 
-    def _recorder(self) -> DatasetRecorder:
+    def _recorder(self) -> DatasetSink:
         recorder = self.runner.dataset
         assert recorder is not None  # the runner checkpoints this adapter only with a recorder
         return recorder

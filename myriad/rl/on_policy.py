@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from myriad.envs import make_from_config
+from myriad.envs import RemoteEnvFactory, make_from_config
 from myriad.envs.base import TensorVecEnv, VecEnv
 from myriad.nn.population import (
     PopulationActorCritic,
@@ -62,7 +62,10 @@ class PopulationSetup:
 
 
 def population_setup(
-    cfg: Mapping[str, Any], env_shard: EnvShard = whole_run, min_states: int | None = None
+    cfg: Mapping[str, Any],
+    env_shard: EnvShard = whole_run,
+    min_states: int | None = None,
+    remote_envs: RemoteEnvFactory | None = None,
 ) -> PopulationSetup:
     """Seed, check the population layout, make the envs and the population of a run config.
 
@@ -72,6 +75,8 @@ def population_setup(
         env_shard: which envs this process steps (torchrun ranks step a share).
         min_states: each member must collect more than this many states per rollout (the
             k-NN objective's ``k``).
+        remote_envs: builds the envs of a config with a ``distributed`` entry (chosen by the
+            command layer; see :func:`~myriad.envs.registry.make_from_config`).
 
     Raises:
         ConfigError: the layout does not split (the message gives the nearest sizes that do).
@@ -83,7 +88,11 @@ def population_setup(
     check_population(num_envs, size, int(config["num_steps"]), min_states)
     envs, env_seed = env_shard(num_envs, size, seed)
     env = make_from_config(
-        config["env"], envs.stop - envs.start, config["device"], config.get("distributed")
+        config["env"],
+        envs.stop - envs.start,
+        config["device"],
+        config.get("distributed"),
+        remote=remote_envs,
     )
     model = build_population(config["population"], env.obs_dim, env.action_dim).to(env.device)
     member = block_members(num_envs, model.num_members, env.device)
@@ -103,6 +112,11 @@ def runner_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "logger": str(cfg.get("logger", "tensorboard")),
         "wandb": dict(cfg.get("wandb") or {}),
     }
+
+
+#: Keys of a stage's run config (pretraining, finetuning) that a resumed run may change: how far
+#: it goes, its final evaluation, its threads and videos, none of which the saved state depends on.
+STAGE_RESUME_IGNORED_KEYS: tuple[str, ...] = ("iterations", "eval.*", "torch_threads", "video.*")
 
 
 class OnPolicyRunner(RunnerBase):

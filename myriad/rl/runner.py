@@ -40,7 +40,7 @@ from myriad.utils.checkpoint import (
     save_checkpoint,
 )
 from myriad.utils.config import LOCK_NAME, output_folder, release_folder
-from myriad.utils.console import ConsoleReport
+from myriad.utils.console import ConsoleReport, format_block
 from myriad.utils.digest import write_config_file
 from myriad.utils.faults import fault_point
 from myriad.utils.loggers import make_backends, parse_backends
@@ -322,7 +322,9 @@ class RunnerBase(abc.ABC):
         done = self.iteration_count - start_it
         eta = (now - start_t) / done * (total - self.iteration_count) if done else 0.0
         self.console.block(
-            scalars, self.iteration_count, total, self.env_steps, now - start_t, sps, eta
+            format_block(
+                scalars, self.iteration_count, total, self.env_steps, now - start_t, sps, eta
+            )
         )
         self._console_mark = (self.iteration_count, self.env_steps, now)
 

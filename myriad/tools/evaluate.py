@@ -182,11 +182,11 @@ def evaluate_run(
     env_cfg = apply_env_overrides(saved.env, env_overrides)
     if seed is None:
         seed = stream_seed(int(saved.config.get("seed", 0)), "evaluation") + 1
-    tasks: list[Any] = []
+    task_rewards: list[bool] = []  # whether the env pays a task reward
 
     def make_env(n: int) -> Any:
         env = make_from_config(env_cfg, n, device)
-        tasks.append(getattr(env, "task", None))  # nav envs: "none" has no reward
+        task_rewards.append(env.has_task_reward)
         return env
 
     with torch.inference_mode():
@@ -199,7 +199,7 @@ def evaluate_run(
             seed=int(seed),
         )
     assert batch.length is not None
-    task_reward = tasks[0] != "none"
+    task_reward = task_rewards[0]
     # A nav env without a task still reports "success" (always False): no task, no success.
     has_success = batch.has_success and task_reward
     rows = []

@@ -243,6 +243,8 @@ def _execute(state: dict[str, Any], folder: Path, jobs: int) -> None:
     if jobs > 1:
         _run_parallel(state, folder, jobs)
         return
+    from myriad.distributed import make_distributed  # the env workers of `distributed=` runs
+
     kind, algo, init = state["command"], state.get("algo"), state.get("init")
     runs = state["runs"]
     for i, entry in enumerate(runs):
@@ -263,11 +265,17 @@ def _execute(state: dict[str, Any], folder: Path, jobs: int) -> None:
             if kind == "pretrain":
                 from myriad.pretrain import pretrain
 
-                pretrain(entry["overrides"], **options)
+                pretrain(entry["overrides"], remote_envs=make_distributed, **options)
             else:
                 from myriad.finetune import finetune
 
-                finetune(algo, entry["overrides"], init=None if resume else init, **options)
+                finetune(
+                    algo,
+                    entry["overrides"],
+                    init=None if resume else init,
+                    remote_envs=make_distributed,
+                    **options,
+                )
         except BaseException:
             entry["state"] = "failed"
             _write(folder, state)

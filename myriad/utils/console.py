@@ -20,75 +20,85 @@ from typing import Any, TextIO
 #: ending in ``*`` shows every scalar under that prefix as one list (per-follower values).
 Line = tuple[str, Sequence[tuple[str, str, str]]]
 
+
+def _fields(*specs: str) -> tuple[tuple[str, str, str], ...]:
+    """``"name|label|format"`` specs as ``(name, label, format)`` triples."""
+    fields = []
+    for spec in specs:
+        name, label, fmt = spec.split("|")
+        fields.append((name, label, fmt))
+    return tuple(fields)
+
+
 #: The block's lines, in order; scalars a run does not log are left out, and so are empty lines.
 LINES: tuple[Line, ...] = (
     (
         "episodes",
-        (
-            ("episode/return", "return", "{:.3f}"),
-            ("episode/success", "success", "{:.1%}"),
-            ("episode/length", "length", "{:.1f}"),
-            ("episode/count", "count", "{:.0f}"),
-            ("train/intrinsic_reward", "intrinsic reward", "{:.3g}"),
+        _fields(
+            "episode/return|return|{:.3f}",
+            "episode/success|success|{:.1%}",
+            "episode/length|length|{:.1f}",
+            "episode/count|count|{:.0f}",
+            "train/intrinsic_reward|intrinsic reward|{:.3g}",
         ),
     ),
     (
         "evaluation",
-        (
-            ("eval/leader_success", "leader success", "{:.1%}"),
-            ("eval/leader_return", "leader return", "{:.3f}"),
-            ("eval/population_success", "best member", "{:.1%}"),
+        _fields(
+            "eval/leader_success|leader success|{:.1%}",
+            "eval/leader_return|leader return|{:.3f}",
+            "eval/population_success|best member|{:.1%}",
         ),
     ),
     (
         "entropy",
-        (
-            ("entropy/collective", "collective", "{:.3f}"),
-            ("entropy/individual_mean", "individual", "{:.3f}"),
-            ("entropy/diversity", "diversity", "{:.3f}"),
+        _fields(
+            "entropy/collective|collective|{:.3f}",
+            "entropy/individual_mean|individual|{:.3f}",
+            "entropy/diversity|diversity|{:.3f}",
         ),
     ),
     (
         "coverage",
-        (
-            ("coverage/union", "union", "{:.1%}"),
-            ("coverage/member_mean", "member mean", "{:.1%}"),
-            ("coverage/cumulative_union", "visited", "{:.1%}"),
+        _fields(
+            "coverage/union|union|{:.1%}",
+            "coverage/member_mean|member mean|{:.1%}",
+            "coverage/cumulative_union|visited|{:.1%}",
         ),
     ),
     (
         "KL to leader",
-        (
-            ("kl_to_leader/on_own_states_mean", "mean", "{:.3g}"),
-            ("cpo/kl/follower_*", "followers", "{:.3g}"),
-            ("cpo/kl_mean", "followers mean", "{:.3g}"),
-            ("cpo/kl_target/follower_*", "targets", "{:.3g}"),
+        _fields(
+            "kl_to_leader/on_own_states_mean|mean|{:.3g}",
+            "cpo/kl/follower_*|followers|{:.3g}",
+            "cpo/kl_mean|followers mean|{:.3g}",
+            "cpo/kl_target/follower_*|targets|{:.3g}",
         ),
     ),
     (
         "diversity",
-        (
-            ("diversity/pairwise_kl_mean", "pairwise KL mean", "{:.3g}"),
-            ("diversity/pairwise_kl_min", "min", "{:.3g}"),
+        _fields(
+            "diversity/pairwise_kl_mean|pairwise KL mean|{:.3g}",
+            "diversity/pairwise_kl_min|min|{:.3g}",
         ),
     ),
     (
         "losses",
-        (
-            ("train/loss", "total", "{:.4g}"),
-            ("train/policy_loss", "policy", "{:.4g}"),
-            ("train/value_loss", "value", "{:.4g}"),
-            ("train/disc_loss", "discriminator", "{:.4g}"),
+        _fields(
+            "train/loss|total|{:.4g}",
+            "train/policy_loss|policy|{:.4g}",
+            "train/value_loss|value|{:.4g}",
+            "train/disc_loss|discriminator|{:.4g}",
         ),
     ),
     (
         "update",
-        (
-            ("train/entropy", "policy entropy", "{:.3f}"),
-            ("train/approx_kl", "approx KL", "{:.3g}"),
-            ("train/clip_fraction", "clipped", "{:.1%}"),
-            ("train/explained_variance", "expl. var", "{:.3f}"),
-            ("train/lr", "lr", "{:.2e}"),
+        _fields(
+            "train/entropy|policy entropy|{:.3f}",
+            "train/approx_kl|approx KL|{:.3g}",
+            "train/clip_fraction|clipped|{:.1%}",
+            "train/explained_variance|expl. var|{:.3f}",
+            "train/lr|lr|{:.2e}",
         ),
     ),
 )
@@ -183,20 +193,8 @@ class ConsoleReport:
             return iteration % self.every == 0
         return self.every_s > 0 and self._clock() - self._last >= self.every_s
 
-    def block(
-        self,
-        scalars: Mapping[str, float],
-        iteration: int,
-        total: int,
-        env_steps: int,
-        elapsed_s: float,
-        steps_per_second: float,
-        eta_s: float = 0.0,
-    ) -> None:
-        """Print the block (see :func:`format_block`) and restart the interval."""
-        lines = format_block(
-            scalars, iteration, total, env_steps, elapsed_s, steps_per_second, eta_s
-        )
+    def block(self, lines: Sequence[str]) -> None:
+        """Print the block's ``lines`` (:func:`format_block`) and restart the interval."""
         self._print(lines)
         self._last = self._clock()
 
@@ -206,7 +204,7 @@ class ConsoleReport:
             self._print([f"myriad: {text}"])
             self._last = self._clock()
 
-    def _print(self, lines: list[str]) -> None:
+    def _print(self, lines: Sequence[str]) -> None:
         if self.rich is not None:
             # Above the live progress bar, in one print so the bar is redrawn once; markup off,
             # the figures may hold brackets.

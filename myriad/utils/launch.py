@@ -1,19 +1,22 @@
-"""How a command hands a rank of a ``torchrun`` launch to the package that runs it there.
+"""What a command hands to the code that runs it on a rank of a ``torchrun`` launch.
 
 :mod:`myriad.distributed.torchdist` runs pretraining and finetuning on the ranks of a launch. It
 sits above both stages (it builds their runners with a rank's
-:class:`~myriad.distributed.torchdist.role.RankRole`), so a stage does not import it: on the first
-launch the stage's :class:`RankLauncher` imports it by name, and it installs its entry points.
+:class:`~myriad.distributed.torchdist.role.RankRole`), so a stage does not import it: the command
+layer (:mod:`myriad.cli`) passes its entry point to :func:`myriad.pretrain.pretrain` or
+:func:`myriad.finetune.finetune` as their ``ranks`` (a :data:`RankRunner`), and they hand it the
+call's :class:`RunRequest`.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from myriad.utils.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -30,25 +33,27 @@ class RunRequest:
     init: str | Path | None = None
 
 
+#: What runs a stage on a rank of a ``torchrun`` launch: ``ranks(request) -> summary``
+#: (:func:`myriad.distributed.torchdist.pretrain_on_ranks` or ``finetune_on_ranks``).
+RankRunner = Callable[[RunRequest], dict[str, Any]]
+
+
 def on_torchrun_rank() -> bool:
     """Whether this process is a rank of a ``torchrun`` launch of more than one process."""
     return os.environ.get("WORLD_SIZE", "1") not in ("", "1")
 
 
-class RankLauncher:
-    """What a command runs on a rank of a ``torchrun`` launch: ``launcher(request) -> summary``,
-    installed by ``module`` when it is imported."""
+def run_on_ranks(command: str, request: RunRequest, ranks: RankRunner | None) -> dict[str, Any]:
+    """``ranks(request)``: the run of ``myriad <command>`` on this rank.
 
-    def __init__(self, module: str = "myriad.distributed.torchdist") -> None:
-        self.module = module
-        self._launcher: Callable[[RunRequest], dict[str, Any]] | None = None
-
-    def install(self, launcher: Callable[[RunRequest], dict[str, Any]]) -> None:
-        self._launcher = launcher
-
-    def __call__(self, request: RunRequest) -> dict[str, Any]:
-        if self._launcher is None:
-            importlib.import_module(self.module)  # installs its launcher
-        if self._launcher is None:
-            raise RuntimeError(f"{self.module} did not install a rank launcher")
-        return self._launcher(request)
+    Raises:
+        ConfigError: no ``ranks`` was given (a program calling the stage's function on a rank).
+    """
+    if ranks is None:
+        raise ConfigError(
+            f"this process is a rank of a torchrun launch (WORLD_SIZE="
+            f"{os.environ.get('WORLD_SIZE')}) and {command}() was given no ranks runner: launch "
+            f"`torchrun ... -m myriad {command} ...`, or pass "
+            f"ranks=myriad.distributed.torchdist.{command}_on_ranks"
+        )
+    return ranks(request)

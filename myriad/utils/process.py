@@ -21,9 +21,12 @@ torch. The settings depend on what runs, not on the command typed:
 
 The OpenMP runtime reads its policy once, when torch loads it. In a program that imported torch
 before myriad the runtime keeps the policy it started with, and the variable is left as it is,
-so that it keeps saying what the runtime does (:func:`myriad.nn.chunked.openmp_threads_sleep` reads
-it to pick the path that is fast under that policy): import myriad first to get the command's
-speed.
+so that it keeps saying what the runtime does: import myriad first to get the command's speed.
+
+This module is the one place that reads the process environment for these settings. What it
+decided is the :class:`ProcessSettings` value :func:`process_settings` returns; the code whose
+fast path depends on it receives that value (the MLP's chunk streams,
+:func:`myriad.nn.chunked.use_process_settings`) and never reads the environment itself.
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ class ProcessSettings:
     torch_loaded_first: bool
     keeps_freed_memory: bool
 
+    @property
+    def openmp_threads_sleep(self) -> bool:
+        """Whether idle OpenMP threads sleep at once (``PASSIVE``) rather than spin for a while
+        (libgomp's default, and ``ACTIVE``)."""
+        return (self.openmp_wait_policy or "").strip().upper() == "PASSIVE"
+
 
 _settings: ProcessSettings | None = None
 
@@ -70,3 +79,9 @@ def apply_process_settings() -> ProcessSettings:
         os.environ.get("OMP_WAIT_POLICY"), set_here, torch_loaded, keep_freed_memory()
     )
     return _settings
+
+
+def process_settings() -> ProcessSettings:
+    """The settings start-up applied (``import myriad`` applies them; this applies them if a
+    program reached this module another way)."""
+    return apply_process_settings()

@@ -19,13 +19,16 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from myriad.envs.base import VecEnv
+from myriad.envs.base import EnvLayout, VecEnv
 from myriad.utils.config import ConfigError
+
+if TYPE_CHECKING:
+    from myriad.envs.nav import PointNavEnv
 
 #: Frame size ``(height, width)`` of rendered MuJoCo frames.
 MUJOCO_SIZE = (240, 320)
@@ -104,7 +107,9 @@ class NavPainter(Painter):
         side: longest side of a frame in pixels.
     """
 
-    def __init__(self, env: Any, colors: Sequence[Sequence[float]], side: int = NAV_SIDE) -> None:
+    def __init__(
+        self, env: PointNavEnv, colors: Sequence[Sequence[float]], side: int = NAV_SIDE
+    ) -> None:
         layout = env.layout
         px = max(4, side // max(layout.width, layout.height))
         self.px = px
@@ -118,7 +123,7 @@ class NavPainter(Painter):
         h, w = walls.shape
         image = np.pad(image, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
         self.size = (image.shape[0], image.shape[1])
-        if getattr(env, "task", "none") != "none":
+        if env.has_task_reward:
             radius = float(env.goal_radius) * px
             ring = _ring(radius, max(2.0, 0.15 * radius))
             dot = _disc(max(1.0, 0.2 * radius))
@@ -191,15 +196,18 @@ class NavPainter(Painter):
             yield frame
 
 
-def _mujoco_camera(env: Any, model: Any, aspect: float) -> Any:
+def _mujoco_camera(
+    model: Any, aspect: float, layout: EnvLayout | None, goal: torch.Tensor | None
+) -> Any:
     """The camera of a MuJoCo task: top-down over a maze, a view of the hand's palm, or
     tracking the robot's root body from the side (locomotion, and anything else with a free
     root)."""
     import mujoco
 
+    from myriad.envs.mujoco.models import MazeLayout
+
     cam = mujoco.MjvCamera()
-    layout = getattr(env, "layout", None)
-    if layout is not None and hasattr(layout, "extent"):  # Ant maze: the whole maze
+    if isinstance(layout, MazeLayout):  # Ant maze: the whole maze
         hx, hy = layout.extent
         half_fov = math.radians(float(model.vis.global_.fovy)) / 2
         cam.type = mujoco.mjtCamera.mjCAMERA_FREE
@@ -207,10 +215,9 @@ def _mujoco_camera(env: Any, model: Any, aspect: float) -> Any:
         cam.azimuth, cam.elevation = 90.0, -90.0
         cam.distance = 1.05 * max(hy, hx / aspect) / math.tan(half_fov)
         return cam
-    goal = getattr(env, "goal_pos", None)
     if goal is not None:  # the hand: Gymnasium-Robotics' default view of the palm
         cam.type = mujoco.mjtCamera.mjCAMERA_FREE
-        cam.lookat[:] = np.asarray(goal.cpu() if hasattr(goal, "cpu") else goal, np.float64)
+        cam.lookat[:] = goal.cpu().numpy().astype(np.float64)
         cam.distance, cam.azimuth, cam.elevation = 0.5, 55.0, -25.0
         return cam
     if model.nbody > 1 and model.body_jntnum[1] > 0:
@@ -326,7 +333,7 @@ def make_painter(env: VecEnv, colors: Sequence[Sequence[float]]) -> Painter:
 
     aspect = MUJOCO_SIZE[1] / MUJOCO_SIZE[0]
     if isinstance(env, MujocoVecEnv):
-        camera = _mujoco_camera(env, env.mj_model, aspect)
+        camera = _mujoco_camera(env.mj_model, aspect, env.layout, env.goal_pos)
         return MujocoPainter(
             env.mj_model,
             camera,
@@ -336,7 +343,7 @@ def make_painter(env: VecEnv, colors: Sequence[Sequence[float]]) -> Painter:
     found = _gymnasium_mujoco(env)
     if found is not None:
         subs, model = found
-        camera = _mujoco_camera(subs[0].unwrapped, model, aspect)
+        camera = _mujoco_camera(model, aspect, env.layout, env.goal_pos)
         dt = float(getattr(subs[0].unwrapped, "dt", model.opt.timestep))
 
         def capture(e: Any) -> torch.Tensor:

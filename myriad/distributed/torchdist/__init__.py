@@ -1,7 +1,8 @@
 """Populations sharded over the ranks of a ``torchrun`` launch (torch.distributed; NCCL on GPUs,
 gloo on CPUs). ``torchrun --nproc_per_node=R -m myriad pretrain ...`` runs
 :func:`pretrain_on_ranks` on every rank, ``... -m myriad finetune ...`` :func:`finetune_on_ranks`;
-see docs/distributed.md.
+see docs/distributed.md. The command layer (:mod:`myriad.cli`) chooses them on a rank and hands
+them to :func:`myriad.pretrain.pretrain` and :func:`myriad.finetune.finetune` as their ``ranks``.
 
 - :class:`RankGroup`: the launch, the member and env shard of each rank, the collectives.
 - :class:`RankRole`: how a rank takes part in a run; the pretraining and finetuning runners
@@ -37,13 +38,6 @@ from myriad.distributed.torchdist.sync import (
     SummedEpisodeTracker,
     replica_difference,
 )
-from myriad.finetune.api import RANKS as FINETUNE_RANKS
-from myriad.pretrain.api import RANKS as PRETRAIN_RANKS
-
-# pretrain() and finetune() hand a rank of a torchrun launch to pretrain_on_ranks and
-# finetune_on_ranks (neither imports this package, which sits above them).
-PRETRAIN_RANKS.install(pretrain_on_ranks)
-FINETUNE_RANKS.install(finetune_on_ranks)
 
 __all__ = [
     "GradientAverager",

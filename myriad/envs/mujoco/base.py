@@ -25,7 +25,7 @@ import mujoco
 import numpy as np
 import torch
 
-from myriad.envs.base import TensorVecEnv
+from myriad.envs.base import FeatureSpec, TensorVecEnv
 from myriad.envs.mujoco.backends import BACKENDS, PhysicsBackend, make_backend
 
 
@@ -43,6 +43,8 @@ class MujocoVecEnv(TensorVecEnv):
         num_workers: CPU backend worker processes (default: one per core from 64 envs).
         nconmax, njmax: Warp contact and constraint capacity per world.
         validate: check actions on every step (see :class:`TensorVecEnv`).
+        max_episode_steps: the time limit.
+        features: the entropy features :meth:`_task_features` returns, and their bounds.
     """
 
     # The physics state lives in the backend's buffers (MjData, Warp arrays), not in tensor
@@ -62,6 +64,9 @@ class MujocoVecEnv(TensorVecEnv):
         nconmax: int = 64,
         njmax: int = 256,
         validate: bool = True,
+        *,
+        max_episode_steps: int,
+        features: FeatureSpec,
     ):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
@@ -98,6 +103,9 @@ class MujocoVecEnv(TensorVecEnv):
         self.unstable_total = torch.zeros((), dtype=torch.long, device=self.device)
         self._last_obs: torch.Tensor | None = None
         self._last_features: torch.Tensor | None = None
+        self.max_episode_steps = int(max_episode_steps)
+        self.features = features
+        self._feature_bounds = tuple(t.to(dtype) for t in features.bounds(self.device))
 
     # -- task hooks ---------------------------------------------------------------------------
 
@@ -190,11 +198,6 @@ class MujocoVecEnv(TensorVecEnv):
         """Clamp ``feats [E, p]`` to the declared feature bounds."""
         low, high = self._feature_bounds
         return torch.maximum(torch.minimum(feats, high), low)
-
-    def _init_feature_bounds(self) -> None:
-        self._feature_bounds = tuple(
-            t.to(self.sim.dtype) for t in self.features.bounds(self.device)
-        )
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

@@ -74,6 +74,7 @@ class ShadowHandCubeEnv(MujocoVecEnv):
         max_consecutive_successes: terminate after this many successes (0: never).
     """
 
+    goal_pos: torch.Tensor  # the VecEnv attribute: the cube's target position [3]
     dist_reward_scale = -10.0
     rot_reward_scale = 1.0
     rot_eps = 0.1
@@ -97,6 +98,13 @@ class ShadowHandCubeEnv(MujocoVecEnv):
     ):
         self.model_name = model
         mj_model, frame_skip = shadow_hand_model(model)
+        f = self.fall_distance
+        features = FeatureSpec(
+            ("qw", "qx", "qy", "qz", "dx", "dy", "dz"),
+            (0.0, -1.0, -1.0, -1.0, -f, -f, -f),
+            (1.0, 1.0, 1.0, 1.0, f, f, f),
+            (4, 8, 8, 8, 5, 5, 5),
+        )
         super().__init__(
             num_envs,
             device,
@@ -109,18 +117,11 @@ class ShadowHandCubeEnv(MujocoVecEnv):
             nconmax=64,
             njmax=512,
             validate=validate,
+            max_episode_steps=max_episode_steps,
+            features=features,
         )
-        self.max_episode_steps = int(max_episode_steps)
         self.success_tolerance = float(success_tolerance)
         self.max_consecutive_successes = int(max_consecutive_successes)
-        f = self.fall_distance
-        self.features = FeatureSpec(
-            ("qw", "qx", "qy", "qz", "dx", "dy", "dz"),
-            (0.0, -1.0, -1.0, -1.0, -f, -f, -f),
-            (1.0, 1.0, 1.0, 1.0, f, f, f),
-            (4, 8, 8, 8, 5, 5, 5),
-        )
-        self._init_feature_bounds()
         dt, dev = self.sim.dtype, self.device
         ranges = torch.as_tensor(mj_model.jnt_range[: self.n_hand], dtype=dt, device=dev)
         self._joint_low, self._joint_high = ranges[:, 0], ranges[:, 1]

@@ -119,10 +119,9 @@ class AntEnv(_ForwardVelocityEnv):
             nconmax=32,
             njmax=192,
             validate=validate,
+            max_episode_steps=max_episode_steps,
+            features=self._feature_spec(xy_bound),
         )
-        self.max_episode_steps = int(max_episode_steps)
-        self.features = self._feature_spec(xy_bound)
-        self._init_feature_bounds()
         self._init_velocity()
         self.reset(0)
 
@@ -199,6 +198,10 @@ class HalfCheetahEnv(_ForwardVelocityEnv):
     ):
         self.model_name = model
         mj_model = locomotion_model("halfcheetah", model)
+        b = float(x_bound)
+        features = FeatureSpec(
+            ("x", "pitch"), (-b, -torch.pi), (b, torch.pi), (max(2, round(2 * b)), 16)
+        )
         super().__init__(
             num_envs,
             device,
@@ -211,13 +214,9 @@ class HalfCheetahEnv(_ForwardVelocityEnv):
             nconmax=32,
             njmax=160,
             validate=validate,
+            max_episode_steps=max_episode_steps,
+            features=features,
         )
-        self.max_episode_steps = int(max_episode_steps)
-        b = float(x_bound)
-        self.features = FeatureSpec(
-            ("x", "pitch"), (-b, -torch.pi), (b, torch.pi), (max(2, round(2 * b)), 16)
-        )
-        self._init_feature_bounds()
         self._init_velocity()
         self.reset(0)
 
@@ -294,10 +293,9 @@ class HumanoidEnv(_ForwardVelocityEnv):
             nconmax=64,
             njmax=384,
             validate=validate,
+            max_episode_steps=max_episode_steps,
+            features=_xy_box(xy_bound),
         )
-        self.max_episode_steps = int(max_episode_steps)
-        self.features = _xy_box(xy_bound)
-        self._init_feature_bounds()
         mass = torch.as_tensor(mj_model.body_mass, dtype=self.sim.dtype, device=self.device)
         self._mass = mass / mass.sum()
         self._init_velocity()
@@ -370,6 +368,7 @@ class AntMazeEnv(AntEnv):
     """
 
     _MAZES: ClassVar[dict[str, MazeLayout]] = {"u": U_MAZE, "medium": MEDIUM_MAZE}
+    layout: MazeLayout  # the VecEnv attribute: the maze's walls and cells
     _fields = ("xpos",)
 
     def __init__(

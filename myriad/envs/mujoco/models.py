@@ -157,6 +157,11 @@ class MazeLayout:
         n_rows, n_cols = self.shape
         return n_cols * self.scale / 2, n_rows * self.scale / 2
 
+    def walls_xy(self) -> np.ndarray:
+        """Walls indexed ``[ix, iy]`` (x, then y upward), ``[n_cols, n_rows]`` bool (the
+        :class:`~myriad.envs.base.EnvLayout` of the VecEnv contract)."""
+        return ~self.free_grid(1)
+
     def free_grid(self, sub: int) -> np.ndarray:
         """Bool grid ``[n_cols * sub, n_rows * sub]`` indexed ``[ix, iy]`` (x then y, y upward):
         True where the cell is not a wall."""
