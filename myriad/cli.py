@@ -481,6 +481,19 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return _error(_os_error(exc, args), status=1)
     except Exception as exc:  # an internal error: one line, the traceback on request
+        from myriad.utils.launch import launch_rank, lost_in_collective
+
+        if lost_in_collective(exc):
+            # Another rank of the torchrun launch ended: it printed the cause (rank 0 prints
+            # what every rank hit alike), so the other ranks stay quiet.
+            if launch_rank() != 0:
+                return 1
+            return _error(
+                "another rank of this torchrun launch stopped during a collective "
+                f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
+                ": its message, or torchrun's report of how it ended, names the cause",
+                status=1,
+            )
         return _error(
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             " (run again with --debug or MYRIAD_DEBUG=1 for the traceback)",

@@ -157,6 +157,7 @@ def export_policy(
     from myriad.tools.evaluate import default_output, member_indices, saved_leader
     from myriad.utils.checkpoint import atomic_write_text, load_checkpoint
     from myriad.utils.config import ConfigError
+    from myriad.utils.runlock import lock_if_inside_a_run
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -180,41 +181,48 @@ def export_policy(
         raise FileExistsError(
             f"{existing[0]} exists: pass --overwrite to replace it, or --out for another folder"
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    for m, path in files.items():
-        export_module(DeployedPolicy(model, m), fmt, path)
-    norm = model.obs_norm
-    metadata = {
-        "format": fmt,
-        "files": {str(m): p.name for m, p in files.items()},
-        "members": chosen,
-        "leader": leader,
-        "population_size": size,
-        "checkpoint": str(saved.path),
-        "env": saved.env,
-        "observation_space": {"shape": [model.obs_dim], "dtype": "float32"},
-        "action_space": {"shape": [model.action_dim], "dtype": "float32", "low": -1.0, "high": 1.0},
-        "input": {"name": "obs", "shape": ["batch", model.obs_dim]},
-        "output": {
-            "name": "actions",
-            "shape": ["batch", model.action_dim],
-            "meaning": "the member's deterministic action (policy mean) clamped to [-1, 1]",
-        },
-        "observation_normalizer": (
-            None
-            if norm is None
-            else {
-                "folded_in": True,
-                "mean": norm.mean.tolist(),
-                "std": norm.std.tolist(),
-                "clip": norm.clip,
-            }
-        ),
-        "myriad_version": myriad.__version__,
-        "torch_version": torch.__version__,
-    }
-    if fmt == "onnx":
-        metadata["onnx_opset"] = ONNX_OPSET
-    atomic_write_text(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
+    # The files go into the run (RUN/policy/): never while another process trains it.
+    with lock_if_inside_a_run(folder, "export-policy"):
+        folder.mkdir(parents=True, exist_ok=True)
+        for m, path in files.items():
+            export_module(DeployedPolicy(model, m), fmt, path)
+        norm = model.obs_norm
+        metadata = {
+            "format": fmt,
+            "files": {str(m): p.name for m, p in files.items()},
+            "members": chosen,
+            "leader": leader,
+            "population_size": size,
+            "checkpoint": str(saved.path),
+            "env": saved.env,
+            "observation_space": {"shape": [model.obs_dim], "dtype": "float32"},
+            "action_space": {
+                "shape": [model.action_dim],
+                "dtype": "float32",
+                "low": -1.0,
+                "high": 1.0,
+            },
+            "input": {"name": "obs", "shape": ["batch", model.obs_dim]},
+            "output": {
+                "name": "actions",
+                "shape": ["batch", model.action_dim],
+                "meaning": "the member's deterministic action (policy mean) clamped to [-1, 1]",
+            },
+            "observation_normalizer": (
+                None
+                if norm is None
+                else {
+                    "folded_in": True,
+                    "mean": norm.mean.tolist(),
+                    "std": norm.std.tolist(),
+                    "clip": norm.clip,
+                }
+            ),
+            "myriad_version": myriad.__version__,
+            "torch_version": torch.__version__,
+        }
+        if fmt == "onnx":
+            metadata["onnx_opset"] = ONNX_OPSET
+        atomic_write_text(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
     metadata["folder"] = str(folder)
     return metadata

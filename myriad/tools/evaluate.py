@@ -332,6 +332,7 @@ def format_table(result: Mapping[str, Any]) -> str:
 def run(args: argparse.Namespace, rest: list[str]) -> int:
     """``myriad eval``: evaluate, print the table, write the JSON."""
     from myriad.utils.checkpoint import atomic_write_text
+    from myriad.utils.runlock import lock_if_inside_a_run
 
     members = parse_members(args.members)
     episodes = _int(args.episodes, "--episodes", 1)
@@ -342,22 +343,25 @@ def run(args: argparse.Namespace, rest: list[str]) -> int:
         raise FileExistsError(
             f"{out} exists: pass --overwrite to replace it, or --out for another file"
         )
-    result = evaluate_run(
-        args.run,
-        members=members,
-        episodes=episodes,
-        deterministic=not args.sample,
-        seed=seed,
-        env_overrides=rest,
-        device=args.device,
-    )
-    print(format_table(result))
-    if not result["task_reward"]:
-        print(
-            "note: the run's env has no task reward (task none): its returns are 0; pass "
-            "env.options.task=sparse or dense to score a task"
+    # eval.json goes into the run: never while another process trains it (refused up front,
+    # before the evaluation's minutes are spent).
+    with lock_if_inside_a_run(out, "eval"):
+        result = evaluate_run(
+            args.run,
+            members=members,
+            episodes=episodes,
+            deterministic=not args.sample,
+            seed=seed,
+            env_overrides=rest,
+            device=args.device,
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+        print(format_table(result))
+        if not result["task_reward"]:
+            print(
+                "note: the run's env has no task reward (task none): its returns are 0; pass "
+                "env.options.task=sparse or dense to score a task"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out, json.dumps(result, indent=2) + "\n")
     print(f"eval  {out}")
     return 0

@@ -225,6 +225,9 @@ def claim_folder(path: Path, overwrite: bool = False) -> Path:
 
     check_new_run_dir(path)
     if path.exists() and not vacant(path):
+        from myriad.utils.runlock import check_not_in_use
+
+        check_not_in_use(path)  # a run in progress: say who holds it, not "use --resume"
         if not overwrite:
             raise RunFolderError(
                 f"{path} already holds a run or other files: continue it with --resume {path}, "
