@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from myriad.utils.commandline import ArgumentParser
+from myriad.utils.commandline import ArgumentParser, positive_int
 
 # The process settings (OpenMP wait policy) were applied when the myriad package was imported,
 # before torch (myriad.utils.process): the same for every command, torchrun rank and program.
@@ -145,10 +145,16 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _parse_goal(text: str | None) -> tuple[float, float] | None:
     if text is None:
         return None
+    import math
+
     parts = [p for p in text.replace(",", " ").split() if p]
-    if len(parts) != 2:
-        raise argparse.ArgumentTypeError(f"--goal takes X,Y (two numbers), got {text!r}")
-    return float(parts[0]), float(parts[1])
+    try:
+        x, y = (float(p) for p in parts)
+    except ValueError:  # not two parts, or not numbers
+        raise argparse.ArgumentTypeError(f"--goal takes X,Y (two numbers), got {text!r}") from None
+    if not (math.isfinite(x) and math.isfinite(y)):
+        raise argparse.ArgumentTypeError(f"--goal takes two finite numbers, got {text!r}")
+    return x, y
 
 
 def _parse_members(values: list[str] | None) -> list[int] | None:
@@ -182,16 +188,6 @@ def _parse_iterations(text: str | None) -> tuple[int | None, int | None] | None:
         f"--iterations takes START:STOP (0-based, STOP excluded, negatives count from the end, "
         f"e.g. -10: for the last ten), got {text!r}"
     )
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -270,9 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("action", nargs="?", choices=["list", "check"], default="list")
     envs.add_argument("names", nargs="*", help="env names to check")
     envs.add_argument("--all", action="store_true", help="check every registered env")
-    envs.add_argument("--num-envs", type=_positive_int, default=8)
+    envs.add_argument("--num-envs", type=positive_int, default=8)
     envs.add_argument("--device", default="cpu")
-    envs.add_argument("--steps", type=_positive_int, default=64)
+    envs.add_argument("--steps", type=positive_int, default=64)
     envs.add_argument("--seed", type=int, default=0)
     envs.add_argument(
         "--module",
@@ -350,14 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--goal", metavar="X,Y", help="the task's goal (default: the env's)")
     export.add_argument(
-        "--chunk-rows", type=_positive_int, default=16384, help="rows per read/write (>= 1)"
+        "--chunk-rows", type=positive_int, default=16384, help="rows per read/write (>= 1)"
     )
     pick = export.add_argument_group(
         "choosing the data (default: every row of the run; docs/datasets.md)"
     )
     pick.add_argument(
         "--final-population",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="N fresh transitions of the run's final population (its last checkpoint)",
     )
@@ -368,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pick.add_argument(
         "--budget",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="at most N transitions, whole episodes chosen greedily for new grid cells",
     )
@@ -454,6 +450,9 @@ def _os_error(exc: OSError, argv: list[str]) -> str:
     else:
         fix = "check the path and the disk"
     again = shlex.join(["myriad", *argv])
+    if not exc.filename and exc.errno is None and str(exc).strip():
+        # A DatasetWriteError: its message already says which write failed and what survived.
+        return f"{str(exc).strip().rstrip('.')}; {fix}, then run: {again}"
     return f"cannot read or write{where}: {reason}; {fix}, then run: {again}"
 
 

@@ -97,7 +97,10 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
     Raises:
         MissingDependencyError: ONNX export without onnx / onnxscript installed.
     """
+    import io
     import warnings
+
+    from myriad.utils.checkpoint import atomic_write_bytes
 
     example = torch.zeros(batch, policy.obs_dim)
     policy = policy.eval()
@@ -105,7 +108,11 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # jit's deprecation notice
             traced = torch.jit.trace(policy, example)
-        traced.save(str(path))
+        # Through memory: torch's file writer aborts the process (a C++ exception in a
+        # destructor) when a write fails; Python's write raises an OSError naming the file.
+        buffer = io.BytesIO()
+        torch.jit.save(traced, buffer)
+        atomic_write_bytes(path, buffer.getvalue())
         return path
     from myriad.utils.optional import require
 

@@ -18,6 +18,17 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts (``--episodes``, ``--chunk-rows``): an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def add_run_subcommand(
     sub: Any,
     name: str,
