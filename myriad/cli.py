@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from myriad.utils.commandline import ArgumentParser, positive_int
+from myriad.utils.commandline import ArgumentParser, device_name, positive_int
 
 # The process settings (OpenMP wait policy) were applied when the myriad package was imported,
 # before torch (myriad.utils.process): the same for every command, torchrun rank and program.
@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("names", nargs="*", help="env names to check")
     envs.add_argument("--all", action="store_true", help="check every registered env")
     envs.add_argument("--num-envs", type=positive_int, default=8)
-    envs.add_argument("--device", default="cpu")
+    envs.add_argument("--device", default="cpu", type=device_name)
     envs.add_argument("--steps", type=positive_int, default=64)
     envs.add_argument("--seed", type=int, default=0)
     envs.add_argument(

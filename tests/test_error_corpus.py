@@ -92,7 +92,6 @@ CASES: list[tuple[str, list[str], str]] = [
         ["report", "{run}", "--max-steps", "x", "--out", "{tmp}/r.html"],
         "--max-steps",
     ),
-    ("group option a number", ["pretrain", "env=5", "--run-dir", "{tmp}/r"], "env: "),
     (
         "export goal text",
         [
@@ -113,6 +112,56 @@ CASES: list[tuple[str, list[str], str]] = [
         "export iterations text",
         ["export", "{run}", "--format", "hdf5", "--out", "{tmp}/x.hdf5", "--iterations", "x:y"],
         "--iterations",
+    ),
+    ("group option a number", ["pretrain", "env=5", "--run-dir", "{tmp}/r"], "env: "),
+    (
+        "resume with a group option",
+        ["pretrain", "--resume", "{run}", "env=maze"],
+        "env='maze' must be a mapping",
+    ),
+    (
+        "empty dataset path",
+        ["pretrain", "dataset.path=", "--run-dir", "{tmp}/r"],
+        "dataset.path is empty",
+    ),
+    (
+        "eval on a missing gpu",
+        ["eval", "{run}", "--device", "cuda:7", "--out", "{tmp}/e.json"],
+        "cuda:7",
+    ),
+    (
+        "render on an unknown device",
+        ["render", "{run}", "--device", "tpu", "--out", "{tmp}/v"],
+        "not a device name",
+    ),
+    # -- values out of an env's range
+    (
+        "env time limit zero",
+        ["pretrain", "env.options.max_episode_steps=0", "--run-dir", "{tmp}/r"],
+        "max_episode_steps >= 1",
+    ),
+    (
+        "unknown task to check",
+        ["envs", "check", "nav-maze", "--option", "task=bogus"],
+        "unknown task 'bogus'",
+    ),
+    (
+        "eval with an unknown task",
+        ["eval", "{run}", "env.options.task=bogus", "--out", "{tmp}/e.json"],
+        "unknown task 'bogus'",
+    ),
+    (
+        "more minibatches than rows",
+        [
+            "pretrain",
+            "num_envs=16",
+            "num_steps=8",
+            "population.size=2",
+            "ppo.minibatches=1000",
+            "--run-dir",
+            "{tmp}/r",
+        ],
+        "lower ppo.minibatches",
     ),
     # -- wrong shapes
     (

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from myriad.utils.commandline import add_run_subcommand
+from myriad.utils.commandline import add_run_subcommand, device_name
 
 #: Two-sided confidence level of every interval.
 CONFIDENCE = 0.95
@@ -254,7 +254,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", help="env and action seed (default: derived from the run's seed)")
     p.add_argument("--out", help="JSON file (default RUN/eval.json)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=device_name)
     return p
 
 

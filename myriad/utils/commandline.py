@@ -29,6 +29,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def device_name(text: str) -> str:
+    """An argparse ``type`` for ``--device``: a torch device this machine has (cpu, cuda,
+    cuda:N)."""
+    from myriad.utils.config import ConfigError
+    from myriad.utils.validation import check_device
+
+    try:
+        check_device(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def add_run_subcommand(
     sub: Any,
     name: str,

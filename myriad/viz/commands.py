@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from myriad.utils.commandline import add_run_subcommand, positive_int
+from myriad.utils.commandline import add_run_subcommand, device_name, positive_int
 
 
 def add_render_parser(sub: Any) -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ def add_render_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="replace videos in --out that myriad render did not write (never a run's files)",
     )
-    render.add_argument("--device", default="cpu")
+    render.add_argument("--device", default="cpu", type=device_name)
     return render
 
 
@@ -69,7 +69,7 @@ def add_report_parser(sub: Any) -> argparse.ArgumentParser:
         "--max-steps", type=positive_int, help="cut recorded episodes after this many steps"
     )
     report.add_argument("--format", choices=["mp4", "gif"], default="mp4")
-    report.add_argument("--device", default="cpu")
+    report.add_argument("--device", default="cpu", type=device_name)
     return report
 
 
