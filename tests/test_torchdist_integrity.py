@@ -115,7 +115,7 @@ def test_pretraining_on_two_ranks_is_locked_and_a_killed_launch_is_taken_over(tm
     assert json.loads((run / ".myriad.lock").read_text() or "{}") == {}  # released at the end
 
 
-def test_finetuning_on_two_ranks_is_locked_and_a_killed_launch_is_taken_over(
+def test_finetuning_on_two_ranks_is_locked_taken_over_and_names_a_denied_write(
     tiny_pretrain, tmp_path, capsys
 ):
     run = tmp_path / "ft"
@@ -131,6 +131,30 @@ def test_finetuning_on_two_ranks_is_locked_and_a_killed_launch_is_taken_over(
     assert code == 0, lines
     assert any(f"took over the lock of {run} from process {pid}" in line for line in lines)
     assert json.loads((run / "summary.json").read_text())["iterations"] == 4
+    # A permission error on two ranks: extending the run into a checkpoints/ folder it may not
+    # write fails in one line naming the checkpoint and the command to resume with.
+    checkpoints = run / "checkpoints"
+    if os.geteuid() == 0:  # owned by someone else: root without its override cannot write it
+        os.chown(checkpoints, 65534, 65534)
+    checkpoints.chmod(0o555)
+    child = launch(
+        "finetune", "--resume", str(run), "iterations=6", preexec_fn=_without_permission_override
+    )
+    line = assert_one_line_from_rank_0(*finish(child))
+    checkpoints.chmod(0o755)
+    assert str(checkpoints) in line and "ermission denied" in line, line
+    assert f"then run: torchrun --nproc_per_node=2 -m myriad finetune --resume {run}" in line
+
+
+def _without_permission_override() -> None:
+    """Root ignores file permissions: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
+    bounding set, so that the launch and the ranks it starts honour them as any user does."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):
+        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
 def _write_limit() -> None:
@@ -150,35 +174,3 @@ def test_full_disk_on_two_ranks_names_the_file_and_the_torchrun_command(tmp_path
     code, lines = finish(launch("pretrain", "--resume", str(run)))
     assert code == 0, lines
     assert main(["dataset", "verify", str(run)]) == 0
-
-
-def _without_permission_override() -> None:
-    """Root ignores file permissions: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
-    bounding set, so that the launch and the ranks it starts honour them as any user does."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in (1, 2):
-        if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
-
-
-def test_permission_error_on_two_ranks_names_the_file_and_the_torchrun_command(
-    tiny_pretrain, tmp_path
-):
-    """A finetuning launch that may not write its ``checkpoints/`` fails in one line naming
-    the checkpoint and the command to resume with."""
-    run = tmp_path / "ft"
-    start = ["finetune", "--algo", "cpo", "--init", str(tiny_pretrain.path), *FINETUNE]
-    code, lines = finish(launch(*start, "iterations=2", "--run-dir", str(run)))
-    assert code == 0, lines
-    checkpoints = run / "checkpoints"
-    if os.geteuid() == 0:  # owned by someone else: root without its override cannot write it
-        os.chown(checkpoints, 65534, 65534)
-    checkpoints.chmod(0o555)
-    child = launch(
-        "finetune", "--resume", str(run), "iterations=4", preexec_fn=_without_permission_override
-    )
-    line = assert_one_line_from_rank_0(*finish(child))
-    assert str(checkpoints) in line and "ermission denied" in line, line
-    assert f"then run: torchrun --nproc_per_node=2 -m myriad finetune --resume {run}" in line
