@@ -40,6 +40,8 @@ from myriad.cli import main
 GENERIC = "run again with --debug"
 
 #: Inputs that still end in the generic internal-error form, with why they cannot name a fix.
+#: A case listed here (by id) is expected to fail the check (a strict xfail), so the list
+#: shrinks as soon as its message is fixed.
 NOT_COVERED: dict[str, str] = {}
 
 # (id, arguments, words the message must hold). ``{run}`` is the finished run, ``{root}`` the
@@ -478,7 +480,20 @@ def corpus(tiny_pretrain, tmp_path_factory) -> Path:
     return root
 
 
-@pytest.mark.parametrize(("args", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        pytest.param(
+            args,
+            words,
+            id=name,
+            marks=[pytest.mark.xfail(reason=NOT_COVERED[name], strict=True)]
+            if name in NOT_COVERED
+            else [],
+        )
+        for name, args, words in CASES
+    ],
+)
 def test_each_bad_input_ends_in_one_line_naming_the_fix(
     tiny_pretrain, corpus, tmp_path, capsys, monkeypatch, args, words
 ):

@@ -32,6 +32,14 @@ def quiet_unless_writer() -> None:
         raise SystemExit(2)
 
 
+def relaunch(world_size: int) -> str:
+    """How to start this launch's ranks again, for a message: ``torchrun --nproc_per_node=R -m
+    myriad`` on one machine; several machines each ran their own torchrun agent."""
+    if int(os.environ.get("LOCAL_WORLD_SIZE", world_size) or world_size) == world_size:
+        return f"torchrun --nproc_per_node={world_size} -m myriad"
+    return f"the same torchrun launch ({world_size} ranks) of myriad"
+
+
 def train_on_ranks(
     kind: str,
     configure: Callable[[int], dict[str, Any]],
@@ -87,7 +95,7 @@ def train_on_ranks(
         # After a failure on some ranks the others may be inside a collective: the group is
         # left to the end of the process (torchrun stops the other ranks when one exits with an
         # error; a rank that loses its peers ends quietly, see myriad.utils.launch).
-        again = f"torchrun --nproc_per_node={ranks.world_size} -m myriad {kind} --resume {folder}"
+        again = f"{relaunch(ranks.world_size)} {kind} --resume {folder}"
         with reported_failures(folder, again, new_run):
             if new_run:  # a launch killed before its first checkpoint is continued by --resume
                 runner.write_config()
