@@ -542,6 +542,11 @@ WRITE_FAILURES: list[tuple[str, int | None, list[str]]] = [
         ["export-policy", "{run}", "--format", "torchscript", "--out", "{out}"],
     ),
     (
+        "export-policy onnx, full disk",
+        100,
+        ["export-policy", "{run}", "--format", "onnx", "--out", "{out}"],
+    ),
+    (
         "finetune, full disk",
         60_000,
         [
@@ -600,6 +605,8 @@ def reported_run(tiny_pretrain, tmp_path_factory) -> Path:
 def test_a_failed_write_names_the_file_and_the_command(
     tiny_pretrain, reported_run, tmp_path, limit, args
 ):
+    if "onnx" in args:
+        pytest.importorskip("onnxscript")
     folder = tmp_path / "out"
     folder.mkdir()
     if limit is None:  # a folder of another user, not writable by this one

@@ -97,7 +97,6 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
     Raises:
         MissingDependencyError: ONNX export without onnx / onnxscript installed.
     """
-    import io
     import warnings
 
     from myriad.utils.checkpoint import atomic_write_bytes
@@ -132,7 +131,17 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
             verbose=False,
         )
     assert program is not None
-    program.save(str(path))
+    # Under a temporary name, then renamed: a failed write leaves no half file, and its error
+    # names the file (onnx's writer raises one without a file name).
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        program.save(str(staging))
+        os.replace(staging, path)
+    except OSError as exc:
+        staging.unlink(missing_ok=True)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     return path
 
 
