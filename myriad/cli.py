@@ -487,10 +487,14 @@ def main(argv: list[str] | None = None) -> int:
             # what every rank hit alike), so the other ranks stay quiet.
             if launch_rank() != 0:
                 return 1
+            # gloo's text: "[.../pair.cc:537] Read error [host]:port: Connection reset by peer.
+            # This is typically caused by ..." -> the part between the location and the advice.
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            reason = reason.split("] ", 1)[1] if reason.startswith("[") else reason
             return _error(
-                "another rank of this torchrun launch stopped during a collective "
-                f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__})"
-                ": its message, or torchrun's report of how it ended, names the cause",
+                f"another rank of this torchrun launch stopped during a collective "
+                f"({reason.split('. ')[0].rstrip('.')}): its message, or torchrun's report of "
+                "how it ended, names the cause",
                 status=1,
             )
         return _error(

@@ -174,3 +174,18 @@ def test_full_disk_on_two_ranks_names_the_file_and_the_torchrun_command(tmp_path
     code, lines = finish(launch("pretrain", "--resume", str(run)))
     assert code == 0, lines
     assert main(["dataset", "verify", str(run)]) == 0
+
+
+def test_a_rank_that_dies_leaves_rank_0_at_most_one_line_naming_it(tiny_pretrain, tmp_path):
+    """Rank 1 killed (SIGKILL, right after its share of --init's ranking) while rank 0 waits
+    for it in a collective: rank 0 says in one line that another rank stopped, never the
+    internal-error form; or, when torchrun's SIGTERM reaches it first, nothing at all."""
+    start = ["finetune", "--algo", "cpo", "--init", str(tiny_pretrain.path), *FINETUNE]
+    child = launch(
+        *start, "--run-dir", str(tmp_path / "ft"), env={"MYRIAD_KILL_AT": "init.ranked@1"}
+    )
+    code, lines = finish(child)
+    assert code != 0 and len(lines) <= 1, lines
+    for line in lines:
+        assert line.startswith("myriad: error: another rank of this torchrun launch stopped"), line
+        assert "GLHF" not in line and "Traceback" not in line, line  # gloo's advice cut off

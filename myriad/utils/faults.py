@@ -3,7 +3,8 @@
 Code that writes durable state calls :func:`fault_point` at the moments between two writes
 (a segment renamed, the finished dataset published, a checkpoint replaced, ...). Normally this is
 one dictionary lookup. When the environment variable ``MYRIAD_KILL_AT`` names that point
-(``name`` or ``name:N`` for its N-th passage, counted from 1), the process kills itself with
+(``name`` or ``name:N`` for its N-th passage, counted from 1; ``...@R`` on the rank ``R`` of a
+``torchrun`` launch only), the process kills itself with
 ``SIGKILL`` there: no ``finally`` blocks, no flushes, as a power cut or ``kill -9`` would leave
 it. The fault-injection tests (``tests/test_fault_injection.py``) run a command with each point,
 resume it, and compare the result row for row with an uninterrupted run.
@@ -28,12 +29,14 @@ _passages: dict[tuple[str, str], int] = {}
 
 
 def _selected(variable: str, name: str) -> bool:
-    """Whether ``variable`` (``point`` or ``point:N``) selects this passage of ``name``."""
+    """Whether ``variable`` (``point``, ``point:N``, either with ``@RANK``) selects this
+    passage of ``name``."""
     spec = os.environ.get(variable)
     if not spec:
         return False
+    spec, _, rank = spec.partition("@")
     point, _, count = spec.partition(":")
-    if point != name:
+    if point != name or (rank and os.environ.get("RANK", "0") != rank):
         return False
     key = (variable, name)
     _passages[key] = _passages.get(key, 0) + 1
