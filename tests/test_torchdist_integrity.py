@@ -125,6 +125,7 @@ def test_finetuning_on_two_ranks_is_locked_taken_over_and_names_a_denied_write(
         ["finetune", "--resume", str(run)],
         ["finetune", "--algo", "cpo", *FINETUNE, "--run-dir", str(run)],
         ["eval", str(run), "--episodes", "1"],
+        ["export-policy", str(run), "--format", "torchscript"],
     ]
     run, pid = hold_then_kill(start, refused, [], capsys)
     code, lines = finish(launch("finetune", "--resume", str(run)))
