@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from myriad.utils.commandline import ArgumentParser
+from myriad.utils.commandline import ArgumentParser, device_name, positive_int
 
 # The process settings (OpenMP wait policy) were applied when the myriad package was imported,
 # before torch (myriad.utils.process): the same for every command, torchrun rank and program.
@@ -143,10 +143,16 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _parse_goal(text: str | None) -> tuple[float, float] | None:
     if text is None:
         return None
+    import math
+
     parts = [p for p in text.replace(",", " ").split() if p]
-    if len(parts) != 2:
-        raise argparse.ArgumentTypeError(f"--goal takes X,Y (two numbers), got {text!r}")
-    return float(parts[0]), float(parts[1])
+    try:
+        x, y = (float(p) for p in parts)
+    except ValueError:  # not two parts, or not numbers
+        raise argparse.ArgumentTypeError(f"--goal takes X,Y (two numbers), got {text!r}") from None
+    if not (math.isfinite(x) and math.isfinite(y)):
+        raise argparse.ArgumentTypeError(f"--goal takes two finite numbers, got {text!r}")
+    return x, y
 
 
 def _parse_members(values: list[str] | None) -> list[int] | None:
@@ -180,16 +186,6 @@ def _parse_iterations(text: str | None) -> tuple[int | None, int | None] | None:
         f"--iterations takes START:STOP (0-based, STOP excluded, negatives count from the end, "
         f"e.g. -10: for the last ten), got {text!r}"
     )
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -268,9 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     envs.add_argument("action", nargs="?", choices=["list", "check"], default="list")
     envs.add_argument("names", nargs="*", help="env names to check")
     envs.add_argument("--all", action="store_true", help="check every registered env")
-    envs.add_argument("--num-envs", type=_positive_int, default=8)
-    envs.add_argument("--device", default="cpu")
-    envs.add_argument("--steps", type=_positive_int, default=64)
+    envs.add_argument("--num-envs", type=positive_int, default=8)
+    envs.add_argument("--device", default="cpu", type=device_name)
+    envs.add_argument("--steps", type=positive_int, default=64)
     envs.add_argument("--seed", type=int, default=0)
     envs.add_argument(
         "--module",
@@ -348,14 +344,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--goal", metavar="X,Y", help="the task's goal (default: the env's)")
     export.add_argument(
-        "--chunk-rows", type=_positive_int, default=16384, help="rows per read/write (>= 1)"
+        "--chunk-rows", type=positive_int, default=16384, help="rows per read/write (>= 1)"
     )
     pick = export.add_argument_group(
         "choosing the data (default: every row of the run; docs/datasets.md)"
     )
     pick.add_argument(
         "--final-population",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="N fresh transitions of the run's final population (its last checkpoint)",
     )
@@ -366,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pick.add_argument(
         "--budget",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="at most N transitions, whole episodes chosen greedily for new grid cells",
     )
@@ -452,6 +448,9 @@ def _os_error(exc: OSError, argv: list[str]) -> str:
     else:
         fix = "check the path and the disk"
     again = shlex.join(["myriad", *argv])
+    if not exc.filename and exc.errno is None and str(exc).strip():
+        # A DatasetWriteError: its message already says which write failed and what survived.
+        return f"{str(exc).strip().rstrip('.')}; {fix}, then run: {again}"
     return f"cannot read or write{where}: {reason}; {fix}, then run: {again}"
 
 
@@ -479,6 +478,23 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return _error(_os_error(exc, args), status=1)
     except Exception as exc:  # an internal error: one line, the traceback on request
+        from myriad.utils.launch import launch_rank, lost_in_collective
+
+        if lost_in_collective(exc):
+            # Another rank of the torchrun launch ended: it printed the cause (rank 0 prints
+            # what every rank hit alike), so the other ranks stay quiet.
+            if launch_rank() != 0:
+                return 1
+            # gloo's text: "[.../pair.cc:537] Read error [host]:port: Connection reset by peer.
+            # This is typically caused by ..." -> the part between the location and the advice.
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            reason = reason.split("] ", 1)[1] if reason.startswith("[") else reason
+            return _error(
+                f"another rank of this torchrun launch stopped during a collective "
+                f"({reason.split('. ')[0].rstrip('.')}): its message, or torchrun's report of "
+                "how it ended, names the cause",
+                status=1,
+            )
         return _error(
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
             " (run again with --debug or MYRIAD_DEBUG=1 for the traceback)",

@@ -144,3 +144,98 @@ def run_myriad(args: list[str], cwd: Path, kill_at: str | None = None) -> str:
     expected = -signal.SIGKILL if kill_at is not None else 0
     assert child.returncode == expected, (args, kill_at, child.returncode, child.stderr[-3000:])
     return child.stderr
+
+
+def torchrun_command(*args: str, ranks: int = 2) -> list[str]:
+    """``torchrun --nproc_per_node=ranks ARGS`` on this machine, rendezvous on a free port of
+    127.0.0.1 (run it with :func:`rank_env`)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={ranks}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        *args,
+    ]
+
+
+def rank_stderr(stderr: str) -> list[str]:
+    """The lines the ranks of a torchrun launch printed: ``stderr`` without the agent's own
+    report (its log lines and, for a launch that failed, its ``ChildFailedError`` traceback)."""
+    import re
+
+    agent = stderr.rfind("Traceback (most recent call last):")
+    if agent >= 0 and "ChildFailedError" in stderr[agent:]:
+        stderr = stderr[:agent]
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and not re.match(r"^[IWE]\d{4} \d\d:\d\d:\d\d", line)
+    ]
+
+
+class Pause:
+    """Hold a myriad process at a fault point (``MYRIAD_PAUSE_AT``, see myriad.utils.faults)
+    until :meth:`release`: a trigger, not a sleep. Use as a context manager; :attr:`env` goes
+    into the child's environment."""
+
+    def __init__(self, point: str) -> None:
+        import socket
+        import tempfile
+
+        from myriad.utils.faults import PAUSE_SOCKET_VAR, PAUSE_VAR
+
+        # A Unix socket path must stay under ~100 bytes: pytest's tmp_path can be longer.
+        self._dir = tempfile.mkdtemp(prefix="myriad-pause-")
+        path = os.path.join(self._dir, "s")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(path)
+        self._server.listen(1)
+        self._conn: socket.socket | None = None
+        self.env = {PAUSE_VAR: point, PAUSE_SOCKET_VAR: path}
+
+    def wait(self, child: subprocess.Popen, timeout: float = 300.0) -> int:
+        """Wait until a process of ``child`` reaches the point; returns that process's PID.
+        Fails at once if ``child`` ends first."""
+        import select
+        import time
+
+        deadline = time.monotonic() + timeout
+        while not select.select([self._server], [], [], 1.0)[0]:
+            if child.poll() is not None:
+                _, err = child.communicate()
+                raise AssertionError(f"ended before the pause point: {err[-3000:]}")
+            assert time.monotonic() < deadline, "the pause point was never reached"
+        self._conn, _ = self._server.accept()
+        line = self._conn.makefile().readline().split()
+        return int(line[1])
+
+    def release(self) -> None:
+        """Let the paused process go on (a no-op once released or if it is gone)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Pause:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+        self._server.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def kill_launch(agent: subprocess.Popen) -> None:
+    """SIGKILL every rank of a torchrun launch (the agent's children; they run in sessions of
+    their own) and then the agent, as ``kill -9`` of the whole job would."""
+    children = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
+    for pid in children:
+        os.kill(int(pid), signal.SIGKILL)
+    agent.kill()
+    agent.communicate()

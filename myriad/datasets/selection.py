@@ -24,6 +24,7 @@ import heapq
 import math
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,6 +71,12 @@ def final_population_rows(
 
     if int(transitions) < 1:
         raise SelectionError(f"transitions must be a positive number, got {transitions}")
+    if Path(run).is_file() and Path(run).suffix != ".pt":
+        # A dataset file, say: the rollouts need the population, which only the run holds.
+        raise SelectionError(
+            f"--final-population rolls out the run's last checkpoint, and {run} is not one: "
+            "give the run folder (or a checkpoints/iter_NNNNNN.pt file)"
+        )
     saved = load_population(run)
     model, members = saved.model, saved.model.num_members
     probe = make_from_config(saved.env, 1, "cpu")

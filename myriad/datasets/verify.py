@@ -24,6 +24,7 @@ from myriad.datasets.checksums import (
     read_zarr,
 )
 from myriad.datasets.formats import detect_format, run_dataset
+from myriad.datasets.hdf5 import CORE_KEYS
 from myriad.datasets.schema import CHUNK_ROWS, CorruptDatasetError, IncompleteDatasetError
 from myriad.utils.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from myriad.utils.config import ConfigError, load_run_config
@@ -48,6 +49,11 @@ def _hdf5(path: Path) -> Finding:
     except OSError as exc:
         return Finding(path, "FAIL", f"not a readable HDF5 file ({exc})")
     with f:
+        missing = [k for k in CORE_KEYS if k not in f]
+        if missing:  # an HDF5 file, but not a dataset: nothing here to verify
+            return Finding(
+                path, "FAIL", f"not a D4RL-layout dataset: it has no {', '.join(missing)}"
+            )
         columns: list[tuple[str, h5py.Dataset]] = []
         f.visititems(lambda k, v: columns.append((k, v)) if isinstance(v, h5py.Dataset) else None)
         unchecked = [k for k, d in columns if not hdf5_checksummed(d)]

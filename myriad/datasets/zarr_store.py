@@ -241,7 +241,14 @@ class ZarrReader:
             raise IncompleteDatasetError(
                 f"{self.path} was not completed: only {partial_path(self.path)} exists"
             )
-        self.root = zarr.open_group(self.path, mode="r")
+        try:
+            self.root = zarr.open_group(self.path, mode="r")
+        except (ValueError, KeyError, TypeError) as exc:  # zarr's errors are ValueErrors
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CorruptDatasetError(
+                f"{self.path} is not a readable zarr store ({reason}): export it again from its "
+                "source (myriad export RUN --format zarr) or restore it from a copy"
+            ) from exc
         attrs = self.root.attrs.asdict()
         if not attrs.get("complete", False):
             raise IncompleteDatasetError(

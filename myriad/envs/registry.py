@@ -35,6 +35,11 @@ class EnvOptionError(TypeError):
     """An option the env does not accept; the message lists those it does."""
 
 
+class EnvOptionValueError(EnvOptionError, ValueError):
+    """An option value the env refused (out of range, an unknown task): still a ValueError,
+    as the env raised it, and one line for the command line."""
+
+
 class EnvConfigError(ValueError):
     """The env cannot be built as configured (a feature index outside the observation, no time
     limit, a module that does not import, ...); the message names the option and the fix."""
@@ -199,7 +204,16 @@ def make(
                 f"env {name!r} does not accept option(s) {unknown}; accepted: {accepted}{hint}"
             )
     check_option_types(name, factory, options)
-    env = factory(num_envs=num_envs, device=device, **kwargs)
+    try:
+        env = factory(num_envs=num_envs, device=device, **kwargs)
+    except ValueError as exc:
+        # The env's own check of its options' values (a range, a task name): say which env and
+        # where the value came from, in one line.
+        if not kwargs:
+            raise
+        raise EnvOptionValueError(
+            f"env {name!r} rejected its options {kwargs}: {str(exc).strip()}; fix that option"
+        ) from exc
     env.name = name
     return env
 

@@ -75,11 +75,16 @@ Member = torch.Tensor | int
 
 
 def check_population(
-    num_envs: int, size: int, num_steps: int | None = None, k: int | None = None
+    num_envs: int,
+    size: int,
+    num_steps: int | None = None,
+    k: int | None = None,
+    minibatches: int | None = None,
 ) -> None:
     """Check the population layout of a run before anything is built: ``num_envs`` envs form
-    ``size`` contiguous equal member blocks and, with ``num_steps`` and ``k``, every member
-    collects more than ``k`` states per rollout (its k-th neighbour exists).
+    ``size`` contiguous equal member blocks and, with ``num_steps``, every member collects more
+    than ``k`` states per rollout (its k-th neighbour exists) and at least one row for each of
+    the update's ``minibatches``.
 
     Raises:
         ConfigError: the first rule broken, with the values that would work.
@@ -97,10 +102,16 @@ def check_population(
             f"num_envs={num_envs} does not split into population.size={size} equal blocks; use "
             f"num_envs={lower} or {lower + size}, or a population.size that divides {num_envs}"
         )
-    if num_steps is None or k is None:
+    if num_steps is None:
         return
     per_member = num_envs // size * num_steps
-    if k >= per_member:
+    if minibatches is not None and minibatches > per_member:
+        raise ConfigError(
+            f"ppo.minibatches={minibatches} needs at least as many rows per member, but each "
+            f"member collects {per_member} per rollout (num_envs / population.size * "
+            f"num_steps); lower ppo.minibatches or raise num_envs / num_steps"
+        )
+    if k is not None and k >= per_member:
         raise ConfigError(
             f"objective.k={k} needs more than k states per member, but each member collects "
             f"{per_member} per rollout (num_envs / population.size * num_steps); lower "

@@ -85,7 +85,11 @@ def population_setup(
     seed = int(config["seed"])
     seed_everything(seed)
     num_envs, size = int(config["num_envs"]), int(config["population"]["size"])
-    check_population(num_envs, size, int(config["num_steps"]), min_states)
+    ppo = config.get("ppo")
+    minibatches = (
+        int(ppo["minibatches"]) if isinstance(ppo, dict) and "minibatches" in ppo else None
+    )
+    check_population(num_envs, size, int(config["num_steps"]), min_states, minibatches)
     envs, env_seed = env_shard(num_envs, size, seed)
     env = make_from_config(
         config["env"],

@@ -19,7 +19,8 @@ import abc
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -150,8 +151,9 @@ class RunnerBase(abc.ABC):
         self.run_dir = Path(run_dir)
         self.checkpoint_dir = self.run_dir / "checkpoints"
         self.plots_dir = self.run_dir / "plots"
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        remove_partial_checkpoints(self.checkpoint_dir)
+        if self.role.is_writer:  # the other ranks of a launch never write the folder
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            remove_partial_checkpoints(self.checkpoint_dir)
         self.progress = progress
         self.tensorboard = tensorboard
         self.checkpoint_every = int(checkpoint_every)
@@ -311,7 +313,10 @@ class RunnerBase(abc.ABC):
         return logger.latest()
 
     def write_config(self) -> Path:
-        """Write ``config.yaml`` (with its digest, see :mod:`myriad.utils.digest`)."""
+        """Write ``config.yaml`` (with its digest, see :mod:`myriad.utils.digest`); the writer
+        of a launch alone does."""
+        if not self.role.is_writer:
+            return self.run_dir / "config.yaml"
         return write_config_file(self.run_dir / "config.yaml", self.config)
 
     def _console_block(self, scalars: Mapping[str, float], total: int) -> None:
@@ -454,38 +459,58 @@ def train_in_folder(
     by ``--resume RUN``. A failed write (a full disk, a permission) is reported naming the file
     and that command."""
     folder = output_folder(kind, name, cfg, resume, run_dir, overwrite)
+    lock = lock_run(folder, kind, new_run=resume is None)
     try:
-        lock = RunLock(folder, kind).acquire()
-    except BaseException:
-        if resume is None:
-            release_folder(folder)
-        raise
-    try:
-        if lock.took_over is not None:
-            print(
-                f"myriad: note: took over the lock of {folder} from process {lock.took_over}, "
-                "which has ended",
-                file=sys.stderr,
-            )
         set_torch_threads(cfg)
         runner = build_runner(lambda f: factory(cfg, f), folder, new_run=resume is None)
-        try:
+        with reported_failures(folder, f"myriad {kind} --resume {folder}", resume is None):
             if resume is None:
                 runner.write_config()
             return run_to_completion(runner, int(cfg["iterations"]), resume, start), folder
-        except OSError as exc:
-            message = write_failure(exc, f"myriad {kind} --resume {folder}")
-            if message is None:
-                raise
-            raise RunWriteError(message) from exc
-        except Exception:
-            # A new run refused before it wrote anything but its config (an --init that does
-            # not fit, say) leaves no folder: the corrected command can use it again.
-            if resume is None and not _has_checkpoint(folder):
-                _forget_config(folder)
-            raise
     finally:
         lock.release()
+
+
+def lock_run(folder: Path, kind: str, new_run: bool) -> RunLock:
+    """Take the lock of the run folder ``folder`` for ``kind`` (one process of a run does: the
+    writer), saying so on stderr when it takes over the lock of a process that has ended. A
+    new run's folder is removed again when the lock is refused.
+
+    Raises:
+        RunInUseError: another live process holds it (the message names its PID).
+    """
+    try:
+        lock = RunLock(folder, kind).acquire()
+    except BaseException:
+        if new_run:
+            release_folder(folder)
+        raise
+    if lock.took_over is not None:
+        print(
+            f"myriad: note: took over the lock of {folder} from process {lock.took_over}, "
+            "which has ended",
+            file=sys.stderr,
+        )
+    return lock
+
+
+@contextmanager
+def reported_failures(folder: Path, next_command: str, new_run: bool) -> Iterator[None]:
+    """Around the training of the run in ``folder``: a failed write (a full disk, a permission)
+    becomes a :class:`RunWriteError` naming the file and ``next_command``; a new run refused
+    before it wrote anything but its config (an ``--init`` that does not fit, say) leaves no
+    folder, so the corrected command can use it again."""
+    try:
+        yield
+    except OSError as exc:
+        message = write_failure(exc, next_command)
+        if message is None:
+            raise
+        raise RunWriteError(message) from exc
+    except Exception:
+        if new_run and not _has_checkpoint(folder):
+            _forget_config(folder)
+        raise
 
 
 def _forget_config(folder: Path) -> None:

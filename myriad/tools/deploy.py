@@ -99,13 +99,19 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
     """
     import warnings
 
+    from myriad.utils.checkpoint import atomic_write_bytes
+
     example = torch.zeros(batch, policy.obs_dim)
     policy = policy.eval()
     if fmt == "torchscript":
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # jit's deprecation notice
             traced = torch.jit.trace(policy, example)
-        traced.save(str(path))
+        # Through memory: torch's file writer aborts the process (a C++ exception in a
+        # destructor) when a write fails; Python's write raises an OSError naming the file.
+        buffer = io.BytesIO()
+        torch.jit.save(traced, buffer)
+        atomic_write_bytes(path, buffer.getvalue())
         return path
     from myriad.utils.optional import require
 
@@ -125,7 +131,17 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
             verbose=False,
         )
     assert program is not None
-    program.save(str(path))
+    # Under a temporary name, then renamed: a failed write leaves no half file, and its error
+    # names the file (onnx's writer raises one without a file name).
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        program.save(str(staging))
+        os.replace(staging, path)
+    except OSError as exc:
+        staging.unlink(missing_ok=True)
+        if exc.filename:
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     return path
 
 
@@ -157,6 +173,7 @@ def export_policy(
     from myriad.tools.evaluate import default_output, member_indices, saved_leader
     from myriad.utils.checkpoint import atomic_write_text, load_checkpoint
     from myriad.utils.config import ConfigError
+    from myriad.utils.runlock import lock_if_inside_a_run
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -180,41 +197,48 @@ def export_policy(
         raise FileExistsError(
             f"{existing[0]} exists: pass --overwrite to replace it, or --out for another folder"
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    for m, path in files.items():
-        export_module(DeployedPolicy(model, m), fmt, path)
-    norm = model.obs_norm
-    metadata = {
-        "format": fmt,
-        "files": {str(m): p.name for m, p in files.items()},
-        "members": chosen,
-        "leader": leader,
-        "population_size": size,
-        "checkpoint": str(saved.path),
-        "env": saved.env,
-        "observation_space": {"shape": [model.obs_dim], "dtype": "float32"},
-        "action_space": {"shape": [model.action_dim], "dtype": "float32", "low": -1.0, "high": 1.0},
-        "input": {"name": "obs", "shape": ["batch", model.obs_dim]},
-        "output": {
-            "name": "actions",
-            "shape": ["batch", model.action_dim],
-            "meaning": "the member's deterministic action (policy mean) clamped to [-1, 1]",
-        },
-        "observation_normalizer": (
-            None
-            if norm is None
-            else {
-                "folded_in": True,
-                "mean": norm.mean.tolist(),
-                "std": norm.std.tolist(),
-                "clip": norm.clip,
-            }
-        ),
-        "myriad_version": myriad.__version__,
-        "torch_version": torch.__version__,
-    }
-    if fmt == "onnx":
-        metadata["onnx_opset"] = ONNX_OPSET
-    atomic_write_text(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
+    # The files go into the run (RUN/policy/): never while another process trains it.
+    with lock_if_inside_a_run(folder, "export-policy"):
+        folder.mkdir(parents=True, exist_ok=True)
+        for m, path in files.items():
+            export_module(DeployedPolicy(model, m), fmt, path)
+        norm = model.obs_norm
+        metadata = {
+            "format": fmt,
+            "files": {str(m): p.name for m, p in files.items()},
+            "members": chosen,
+            "leader": leader,
+            "population_size": size,
+            "checkpoint": str(saved.path),
+            "env": saved.env,
+            "observation_space": {"shape": [model.obs_dim], "dtype": "float32"},
+            "action_space": {
+                "shape": [model.action_dim],
+                "dtype": "float32",
+                "low": -1.0,
+                "high": 1.0,
+            },
+            "input": {"name": "obs", "shape": ["batch", model.obs_dim]},
+            "output": {
+                "name": "actions",
+                "shape": ["batch", model.action_dim],
+                "meaning": "the member's deterministic action (policy mean) clamped to [-1, 1]",
+            },
+            "observation_normalizer": (
+                None
+                if norm is None
+                else {
+                    "folded_in": True,
+                    "mean": norm.mean.tolist(),
+                    "std": norm.std.tolist(),
+                    "clip": norm.clip,
+                }
+            ),
+            "myriad_version": myriad.__version__,
+            "torch_version": torch.__version__,
+        }
+        if fmt == "onnx":
+            metadata["onnx_opset"] = ONNX_OPSET
+        atomic_write_text(folder / METADATA, json.dumps(metadata, indent=2) + "\n")
     metadata["folder"] = str(folder)
     return metadata

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from myriad.utils.commandline import add_run_subcommand
+from myriad.utils.commandline import add_run_subcommand, device_name
 
 #: Two-sided confidence level of every interval.
 CONFIDENCE = 0.95
@@ -254,7 +254,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", help="env and action seed (default: derived from the run's seed)")
     p.add_argument("--out", help="JSON file (default RUN/eval.json)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", type=device_name)
     return p
 
 
@@ -332,6 +332,7 @@ def format_table(result: Mapping[str, Any]) -> str:
 def run(args: argparse.Namespace, rest: list[str]) -> int:
     """``myriad eval``: evaluate, print the table, write the JSON."""
     from myriad.utils.checkpoint import atomic_write_text
+    from myriad.utils.runlock import lock_if_inside_a_run
 
     members = parse_members(args.members)
     episodes = _int(args.episodes, "--episodes", 1)
@@ -342,22 +343,25 @@ def run(args: argparse.Namespace, rest: list[str]) -> int:
         raise FileExistsError(
             f"{out} exists: pass --overwrite to replace it, or --out for another file"
         )
-    result = evaluate_run(
-        args.run,
-        members=members,
-        episodes=episodes,
-        deterministic=not args.sample,
-        seed=seed,
-        env_overrides=rest,
-        device=args.device,
-    )
-    print(format_table(result))
-    if not result["task_reward"]:
-        print(
-            "note: the run's env has no task reward (task none): its returns are 0; pass "
-            "env.options.task=sparse or dense to score a task"
+    # eval.json goes into the run: never while another process trains it (refused up front,
+    # before the evaluation's minutes are spent).
+    with lock_if_inside_a_run(out, "eval"):
+        result = evaluate_run(
+            args.run,
+            members=members,
+            episodes=episodes,
+            deterministic=not args.sample,
+            seed=seed,
+            env_overrides=rest,
+            device=args.device,
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+        print(format_table(result))
+        if not result["task_reward"]:
+            print(
+                "note: the run's env has no task reward (task none): its returns are 0; pass "
+                "env.options.task=sparse or dense to score a task"
+            )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out, json.dumps(result, indent=2) + "\n")
     print(f"eval  {out}")
     return 0

@@ -18,6 +18,30 @@ class ArgumentParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts (``--episodes``, ``--chunk-rows``): an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def device_name(text: str) -> str:
+    """An argparse ``type`` for ``--device``: a torch device this machine has (cpu, cuda,
+    cuda:N)."""
+    from myriad.utils.config import ConfigError
+    from myriad.utils.validation import check_device
+
+    try:
+        check_device(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def add_run_subcommand(
     sub: Any,
     name: str,

@@ -54,7 +54,8 @@ def _compose(name: str, overrides: Sequence[str]) -> dict[str, Any]:
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             cfg: DictConfig = hydra_compose(config_name=name, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        # ValueError: Hydra's word for a group option that is not a name (env=5).
         raise ConfigError(f"{exc}\n{group_options_hint()}") from exc
     resolved = _resolved_mapping(cfg)
     assert resolved is not None  # hydra composes a mapping
@@ -225,6 +226,9 @@ def claim_folder(path: Path, overwrite: bool = False) -> Path:
 
     check_new_run_dir(path)
     if path.exists() and not vacant(path):
+        from myriad.utils.runlock import check_not_in_use
+
+        check_not_in_use(path)  # a run in progress: say who holds it, not "use --resume"
         if not overwrite:
             raise RunFolderError(
                 f"{path} already holds a run or other files: continue it with --resume {path}, "

@@ -43,6 +43,26 @@ def on_torchrun_rank() -> bool:
     return os.environ.get("WORLD_SIZE", "1") not in ("", "1")
 
 
+def launch_rank() -> int:
+    """This process's rank in a ``torchrun`` launch (0 outside one)."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def lost_in_collective(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside ``torch.distributed`` on a rank of a launch: a
+    collective that failed, in practice because another rank ended (gloo's "Connection closed
+    by peer"). That rank's own message says why; this one adds nothing."""
+    if not on_torchrun_rank():
+        return False
+    marker = f"torch{os.sep}distributed{os.sep}"
+    frame = exc.__traceback__
+    while frame is not None:
+        if marker in frame.tb_frame.f_code.co_filename:
+            return True
+        frame = frame.tb_next
+    return False
+
+
 def run_on_ranks(command: str, request: RunRequest, ranks: RankRunner | None) -> dict[str, Any]:
     """``ranks(request)``: the run of ``myriad <command>`` on this rank.
 

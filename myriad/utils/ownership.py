@@ -60,7 +60,12 @@ def run_paths(run_dir: str | os.PathLike[str], config: Mapping[str, Any]) -> dic
         "videos": run / "videos",
     }
     dataset = config.get("dataset")
-    if isinstance(dataset, Mapping) and dataset.get("enabled") and dataset.get("path"):
+    if isinstance(dataset, Mapping) and dataset.get("enabled"):
+        if not dataset.get("path"):
+            raise ConfigError(
+                "dataset.path is empty: give a file name inside the run folder (for example "
+                "dataset/transitions.hdf5), or dataset.enabled=false for no dataset"
+            )
         rel = str(dataset["path"])
         target = (run.resolve() / rel).resolve()
         if Path(rel).is_absolute() or not target.is_relative_to(run.resolve()):

@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import socket
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import TracebackType
 
@@ -59,12 +60,7 @@ class RunLock:
         except BlockingIOError:
             holder = _read(fd)
             os.close(fd)
-            pid = holder.get("pid", "?")
-            what = holder.get("command", "myriad")
-            raise RunInUseError(
-                f"{self.path.parent} is in use by process {pid} (myriad {what}, lock "
-                f"{self.path}): wait for it to end, or stop it (kill {pid}) and run again"
-            ) from None
+            raise in_use_error(self.path, holder) from None
         pid = _read(fd).get("pid")
         if isinstance(pid, int):
             self.took_over = pid
@@ -99,6 +95,52 @@ class RunLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def in_use_error(path: Path, holder: dict[str, object]) -> RunInUseError:
+    """The one-line refusal for the lock file ``path`` held by ``holder`` (its record)."""
+    pid = holder.get("pid", "?")
+    what = holder.get("command", "myriad")
+    return RunInUseError(
+        f"{path.parent} is in use by process {pid} (myriad {what}, lock {path}): wait for it "
+        f"to end, or stop it (kill {pid}) and run again"
+    )
+
+
+def check_not_in_use(run_dir: str | os.PathLike[str]) -> None:
+    """Refuse (:class:`RunInUseError`, naming the PID) a run folder whose lock another live
+    process holds; a folder without a lock file, or with a stale one, passes. Nothing is
+    created or changed: the lock is only probed (a shared ``flock`` taken and dropped).
+
+    Raises:
+        RunInUseError: another process holds the lock.
+    """
+    path = Path(run_dir) / LOCK_NAME
+    if str(path.resolve()) in _HELD:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file (or none this process may read): nobody to wait for
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise in_use_error(path, _read(fd)) from None
+    finally:
+        os.close(fd)  # closing drops the probe's shared lock
+
+
+def lock_if_inside_a_run(
+    out: str | os.PathLike[str], command: str
+) -> AbstractContextManager[RunLock | None]:
+    """The lock of the run folder that holds the output ``out`` (a folder above it with a
+    ``config.yaml``), for a command that writes into a run (``eval``'s ``RUN/eval.json``,
+    ``export-policy``'s ``RUN/policy/``); nothing to hold for an output outside any run."""
+    target = Path(out).resolve()
+    for folder in (target, *target.parents):
+        if (folder / "config.yaml").is_file():
+            return RunLock(folder, command)
+    return nullcontext()
 
 
 #: Lock files this process holds, with how many :class:`RunLock` objects share each.

@@ -63,7 +63,18 @@ def check_types(config: Mapping[str, Any], reference: Mapping[str, Any]) -> None
         ConfigError: naming the key, the value given, the type wanted and the default.
     """
     given = flatten_config(config)
-    for key, default in flatten_config(reference).items():
+    expected = flatten_config(reference)
+    # A section replaced by a scalar (ppo=5) flattens to a key the reference nests under.
+    for key in expected:
+        parts = key.split(".")
+        for depth in range(1, len(parts)):
+            section = ".".join(parts[:depth])
+            if section in given:
+                raise ConfigError(
+                    f"{section}={given[section]!r} must be {_KIND_WORDS['mapping']} (set one "
+                    f"of its keys instead, e.g. {key}={expected[key]!r})"
+                )
+    for key, default in expected.items():
         kind = _kind(default)
         if kind is None or key not in given:
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from myriad.utils.commandline import add_run_subcommand
+from myriad.utils.commandline import add_run_subcommand, device_name, positive_int
 
 
 def add_render_parser(sub: Any) -> argparse.ArgumentParser:
@@ -23,14 +23,16 @@ def add_render_parser(sub: Any) -> argparse.ArgumentParser:
     render.add_argument(
         "--members", nargs="+", metavar="M", help="members to record: 0 3, 0,3 or all (default)"
     )
-    render.add_argument("--episodes", type=int, default=1, help="episodes per member (default 1)")
+    render.add_argument(
+        "--episodes", type=positive_int, default=1, help="episodes per member (default 1)"
+    )
     render.add_argument("--format", choices=["mp4", "gif"], default="mp4")
     actions = render.add_mutually_exclusive_group()
     actions.add_argument("--deterministic", action="store_true", help="act with the policy means")
     actions.add_argument(
         "--sample", action="store_true", help="sample actions, as in training (default)"
     )
-    render.add_argument("--max-steps", type=int, help="cut episodes after this many steps")
+    render.add_argument("--max-steps", type=positive_int, help="cut episodes after this many steps")
     render.add_argument("--seed", type=int, help="env and action seed (default: the run's)")
     render.add_argument("--out", help="output folder (default RUN/videos)")
     render.add_argument(
@@ -38,7 +40,7 @@ def add_render_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="replace videos in --out that myriad render did not write (never a run's files)",
     )
-    render.add_argument("--device", default="cpu")
+    render.add_argument("--device", default="cpu", type=device_name)
     return render
 
 
@@ -60,10 +62,14 @@ def add_report_parser(sub: Any) -> argparse.ArgumentParser:
     report.add_argument(
         "--no-render", action="store_true", help="do not record videos when the run has none"
     )
-    report.add_argument("--episodes", type=int, default=1, help="episodes per member if recording")
-    report.add_argument("--max-steps", type=int, help="cut recorded episodes after this many steps")
+    report.add_argument(
+        "--episodes", type=positive_int, default=1, help="episodes per member if recording"
+    )
+    report.add_argument(
+        "--max-steps", type=positive_int, help="cut recorded episodes after this many steps"
+    )
     report.add_argument("--format", choices=["mp4", "gif"], default="mp4")
-    report.add_argument("--device", default="cpu")
+    report.add_argument("--device", default="cpu", type=device_name)
     return report
 
 

@@ -1,7 +1,8 @@
 """A whole run on one rank of a ``torchrun`` launch: :func:`train_on_ranks`.
 
-Rank 0 claims the run folder, every rank builds its runner (the stage's runner with a
-:class:`~myriad.distributed.torchdist.role.RankRole`), trains and finishes, rank 0 reports.
+Rank 0 claims the run folder and holds its lock (the other ranks never touch either), every rank
+builds its runner (the stage's runner with a :class:`~myriad.distributed.torchdist.role.RankRole`),
+trains and finishes, rank 0 reports.
 """
 
 from __future__ import annotations
@@ -12,8 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from myriad.distributed.torchdist.group import RankGroup, launched_world_size
-from myriad.rl.runner import RunnerBase, build_runner, run_to_completion, set_torch_threads
+from myriad.rl.runner import (
+    RunnerBase,
+    build_runner,
+    lock_run,
+    reported_failures,
+    run_to_completion,
+    set_torch_threads,
+)
 from myriad.utils.config import output_folder
+from myriad.utils.runlock import RunLock
 
 
 def quiet_unless_writer() -> None:
@@ -21,6 +30,14 @@ def quiet_unless_writer() -> None:
     (a bad config, a taken run folder): the user reads it once, from rank 0."""
     if os.environ.get("RANK", "0") != "0":
         raise SystemExit(2)
+
+
+def relaunch(world_size: int) -> str:
+    """How to start this launch's ranks again, for a message: ``torchrun --nproc_per_node=R -m
+    myriad`` on one machine; several machines each ran their own torchrun agent."""
+    if int(os.environ.get("LOCAL_WORLD_SIZE", world_size) or world_size) == world_size:
+        return f"torchrun --nproc_per_node={world_size} -m myriad"
+    return f"the same torchrun launch ({world_size} ranks) of myriad"
 
 
 def train_on_ranks(
@@ -57,10 +74,14 @@ def train_on_ranks(
         quiet_unless_writer()  # the same error on every rank: rank 0 reports it
         raise
     ranks = RankGroup.launch(str(cfg["device"]))
+    new_run = resume is None and ranks.is_writer
     claimed: tuple[Path | None, BaseException | None] = (None, None)
-    if ranks.is_writer:
+    lock: RunLock | None = None
+    if ranks.is_writer:  # rank 0 alone claims the folder and holds its lock
         try:
-            claimed = (output_folder(kind, name(cfg), cfg, resume, run_dir, overwrite), None)
+            folder = output_folder(kind, name(cfg), cfg, resume, run_dir, overwrite)
+            lock = lock_run(folder, kind, new_run)
+            claimed = (folder, None)
         except Exception as exc:  # every rank stops; rank 0 says why
             claimed = (None, exc)
     folder, error = ranks.broadcast_object(claimed)
@@ -68,13 +89,18 @@ def train_on_ranks(
         ranks.close()
         quiet_unless_writer()
         raise error
-    set_torch_threads(cfg)
-    runner = build_runner(
-        lambda f: factory(cfg, f, ranks),
-        folder,
-        new_run=resume is None and ranks.is_writer,
-    )
-    # After a failure on some ranks the others may be inside a collective: the group is left
-    # to the end of the process (torchrun stops the other ranks when one exits with an error).
-    summary = run_to_completion(runner, int(cfg["iterations"]), resume, start)
+    try:
+        set_torch_threads(cfg)
+        runner = build_runner(lambda f: factory(cfg, f, ranks), folder, new_run=new_run)
+        # After a failure on some ranks the others may be inside a collective: the group is
+        # left to the end of the process (torchrun stops the other ranks when one exits with an
+        # error; a rank that loses its peers ends quietly, see myriad.utils.launch).
+        again = f"{relaunch(ranks.world_size)} {kind} --resume {folder}"
+        with reported_failures(folder, again, new_run):
+            if new_run:  # a launch killed before its first checkpoint is continued by --resume
+                runner.write_config()
+            summary = run_to_completion(runner, int(cfg["iterations"]), resume, start)
+    finally:
+        if lock is not None:
+            lock.release()
     return summary, folder, ranks
