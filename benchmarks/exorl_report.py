@@ -203,6 +203,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         bx.set_title(f"{key}: IQM success over goals, 95% CI", fontsize=9)
         bx.tick_params(labelsize=7)
         cx.set_title(f"{key}: success (o), progress (x) vs gradient steps", fontsize=9)
+        cx.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v / 1000:.0f}k"))
         cx.set_ylim(-0.02, 1.02)
     sizes: dict[str, dict[int, float]] = defaultdict(dict)
     for key, row in table.items():
