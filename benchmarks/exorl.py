@@ -15,14 +15,18 @@ method on the fixed data, evaluate the task policy. Here:
   Seed ``s`` pretrains with ``seed=s`` and rolls out with seed ``s``.
 - **Tasks**: ``G`` goals per env at set geodesic distances from the start, near to far
   (:data:`GOAL_DISTANCES`), on ``nav-maze`` and ``nav-three-routes``;
-  sparse reward (+1 and a terminal within the goal radius), relabelled from next states
-  (:func:`myriad.datasets.relabel`). One goal-conditioned policy per run: the dataset is
-  relabelled once per goal and the goal (scaled like the position) appended to the observation.
-- **Learners**: ``td3`` (:class:`myriad.rl.td3.OfflineTD3`, plain TD3, ExORL's choice) and
-  ``iql`` (d3rlpy IQL, expectile 0.7, temperature 3), both with 64x64 networks, batch 256,
-  gamma 0.99; evaluated every ``--eval-every`` gradient steps.
-- **Evaluation**: the policy's deterministic action, ``--eval-episodes`` episodes per goal from
-  the env's start; success = reaching the goal within the time limit.
+  sparse reward (+1 and a terminal within ``--goal-radius``, :data:`GOAL_RADIUS`), relabelled
+  from next states (:func:`myriad.datasets.relabel`). One goal-conditioned policy per run: the
+  dataset is relabelled once per goal and the goal (scaled like the position) appended to the
+  observation.
+- **Learners**: ``td3`` (:class:`myriad.rl.td3.OfflineTD3`, plain TD3, ExORL's choice,
+  :data:`TD3_STEPS` gradient steps) and ``iql`` (d3rlpy IQL with its AntMaze setting,
+  :data:`IQL_SETTINGS`, :data:`IQL_STEPS` steps), both with 64x64 networks, batch 256,
+  gamma 0.99; evaluated ``--curve-points`` times at equal intervals (the learning curve).
+- **Evaluation** (:func:`evaluate`): the policy's deterministic action, ``--eval-episodes``
+  episodes per goal from starts drawn over the start square (:func:`eval_seed`: the same for
+  every source, distinct per seed and goal); success = reaching the goal within the time limit;
+  beside it the closest geodesic distance to the goal and the progress towards it.
 
 The script is resumable run by run: every finished run writes one JSON under
 ``<out>/runs/`` and a finished run is never repeated; pretraining runs and datasets are kept under
@@ -35,6 +39,9 @@ against dataset size, and the dataset measures of ``myriad dataset info`` beside
     nice -n 10 python benchmarks/exorl.py                # run (resumable)
     python benchmarks/exorl.py --report                  # aggregate what has finished
     python benchmarks/exorl.py --quick                   # smoke test (about 2 minutes)
+
+``benchmarks/exorl_audit.py`` holds the experiments behind the goal radius, the evaluation and
+IQL's setting (docs/datasets.md, "Audit of the first protocol").
 
 Writes ``benchmarks/results/exorl/runs/*.json``, ``benchmarks/results/exorl.json`` and ``.png``.
 """
@@ -64,6 +71,20 @@ OVERRIDES = {
     "independent": ["objective.beta=0.0"],
 }
 LEARNERS = ("td3", "iql")
+# Gradient steps per run: where the learning curves of maze, K-Myriad, seed 0 have flattened
+# (docs/datasets.md), and what 5 seeds of every run afford on a 2-core CPU in about 10 CPU-hours.
+TD3_STEPS, IQL_STEPS = 200_000, 100_000
+# The goal disc's radius, in cells. The env's default (0.5) is the disc inscribed in the goal's
+# cell: a policy sliding along a wall of that cell stays 0.5 - 1e-4 from the centre only within
+# 0.01 cells of it, and at 0.85 cells per step steps over that strip, so whether it "reaches" the
+# goal is decided by the phase of its start, not by where it goes. 0.75 holds the whole goal
+# cell (> sqrt(2) / 2) and a chord of 1.1 cells along its walls (> 0.85).
+GOAL_RADIUS = 0.75
+# IQL with its published setting for sparse goal reaching (AntMaze, Kostrikov et al. 2021):
+# reward - 1 (0 at the goal, -1 per step), expectile 0.9, temperature 10. With the +1 reward and
+# temperature 3 the advantages are ~0.01 and the weights ~1: the policy clones the data's mean
+# action, ~0 on the population's data (members heading different ways), and stalls.
+IQL_SETTINGS = {"expectile": 0.9, "weight_temp": 10.0, "reward_offset": -1.0}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,10 +101,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--goals", type=int, default=6)
-    p.add_argument("--td3-steps", type=int, default=40_000)
-    p.add_argument("--iql-steps", type=int, default=20_000)
-    p.add_argument("--eval-every", type=int, default=10_000)
-    p.add_argument("--eval-episodes", type=int, default=10, help="per goal")
+    p.add_argument("--td3-steps", type=int, default=TD3_STEPS)
+    p.add_argument("--iql-steps", type=int, default=IQL_STEPS)
+    p.add_argument(
+        "--curve-points", type=int, default=10, help="evaluations per run (the learning curve)"
+    )
+    p.add_argument("--eval-episodes", type=int, default=50, help="per goal")
+    p.add_argument(
+        "--goal-radius",
+        type=float,
+        default=GOAL_RADIUS,
+        help="a goal is reached within this distance (relabelling and evaluation)",
+    )
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--iterations", type=int, default=150, help="pretraining iterations")
     p.add_argument("--only", nargs="*", default=None, help="run ids to run (default: all)")
@@ -100,8 +129,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.size, args.sizes, args.seeds, args.goals = 4000, [2000], 1, 2
-        args.td3_steps = args.iql_steps = args.eval_every = 200
-        args.eval_episodes, args.hidden, args.iterations = 2, 32, 4
+        args.td3_steps = args.iql_steps = 200
+        args.curve_points, args.eval_episodes, args.hidden, args.iterations = 1, 2, 32, 4
         args.work, args.out = args.work + "-quick", args.out + "-quick"
     return args
 
@@ -256,25 +285,55 @@ def scaled(goal: tuple[float, float], env: str) -> np.ndarray:
     )
 
 
-def goal_conditioned(data: Any, env: str, goals: list[tuple[float, float]]) -> Any:
-    """One relabelled copy of ``data`` per goal, the goal appended to (next) observations."""
+def goal_conditioned(
+    data: Any, env: str, goals: list[tuple[float, float]], radius: float = GOAL_RADIUS
+) -> Any:
+    """One relabelled copy of ``data`` per goal (reached within ``radius``), the goal appended
+    to (next) observations."""
     from myriad.datasets.data import goal_conditioned as conditioned
     from myriad.envs.layout import Layout
 
     layout = Layout.load(env)
-    return conditioned(data, goals, (layout.width, layout.height), clip_actions=True)
+    return conditioned(
+        data, goals, (layout.width, layout.height), clip_actions=True, goal_radius=radius
+    )
 
 
 # -- learners ------------------------------------------------------------------------------------
+def eval_seed(seed: int, goal_index: int) -> int:
+    """The start-drawing seed of goal ``goal_index``'s evaluation episodes in seed ``seed``'s
+    runs: the same for every data source and learner (they are compared on the same starts),
+    distinct for every (seed, goal)."""
+    return 10_000 + 100 * seed + goal_index
+
+
 def evaluate(
-    act: Any, env: str, goals: list[tuple[float, float]], episodes: int, seed: int
-) -> list[float]:
-    """Success rate per goal of the deterministic policy ``act(obs [N, O + 2]) -> [N, A]``."""
+    act: Any,
+    env: str,
+    goals: list[tuple[float, float]],
+    episodes: int,
+    seed: int,
+    radius: float = GOAL_RADIUS,
+) -> dict[str, list[float]]:
+    """The deterministic policy ``act(obs [N, O + 2]) -> [N, A]`` on each goal, ``episodes``
+    episodes from starts drawn over the env's start square (:func:`eval_seed`).
+
+    Returns, per goal: ``success_per_goal``, the rate of episodes that reach the goal (within
+    ``radius``) before the time limit; ``closest_cells_per_goal``, the mean over episodes of the
+    smallest geodesic distance in cells from the agent's cell to the goal's cell during the
+    episode (0 for an episode that reaches the goal); ``progress_per_goal``, the mean of
+    ``1 - closest / d0`` with ``d0`` the distance from the start cell (1 at the goal, 0 for a
+    policy that gets no closer than its start). Success says whether the goal is reached;
+    closeness says how far the policy gets when it is not.
+    """
     from myriad.envs import make
 
-    opts = env_options(env)
+    opts = {**env_options(env), "goal_radius": radius}
     envs = [make(ENVS[env], episodes, "cpu", task="sparse", goal=g, **opts) for g in goals]
-    obs = [e.reset(seed=seed + i) for i, e in enumerate(envs)]
+    obs = [e.reset(seed=eval_seed(seed, i)) for i, e in enumerate(envs)]
+    goal_index = torch.zeros(episodes, dtype=torch.long)
+    start = [e.geodesic_to_goal(e.pos, goal_index).numpy() for e in envs]
+    closest = [s.copy() for s in start]
     tags = [np.broadcast_to(scaled(g, env), (episodes, 2)) for g in goals]
     done = [np.zeros(episodes, bool) for _ in goals]
     hit = [np.zeros(episodes, bool) for _ in goals]
@@ -284,22 +343,38 @@ def evaluate(
         for i, e in enumerate(envs):
             a = torch.as_tensor(actions[i * episodes : (i + 1) * episodes], dtype=torch.float32)
             obs[i], _, term, trunc, info = e.step(a)
+            # The position this step reached, before the reset of an episode that ended.
+            here = e.geodesic_to_goal(e.positions(info["final_obs"]), goal_index).numpy()
+            closest[i] = np.where(done[i], closest[i], np.minimum(closest[i], here))
             hit[i] |= ~done[i] & info["success"].numpy()
             done[i] |= (term | trunc).numpy()
         if all(d.all() for d in done):
             break
     for e in envs:
         e.close()
-    return [float(h.mean()) for h in hit]
+    closest = [np.where(h, 0.0, c) for h, c in zip(hit, closest)]
+    return {
+        "success_per_goal": [float(h.mean()) for h in hit],
+        "closest_cells_per_goal": [float(c.mean()) for c in closest],
+        "progress_per_goal": [
+            float(np.mean(1 - c / np.maximum(s, 1))) for c, s in zip(closest, start)
+        ],
+    }
 
 
 def train(
     args: argparse.Namespace, job: dict[str, Any], data: Any, goals: list[tuple[float, float]]
 ) -> list[dict[str, Any]]:
-    """Train one learner, evaluating every ``eval_every`` steps; the learning curve."""
+    """Train one learner, evaluating ``curve_points`` times at equal intervals; the learning
+    curve (each point: step, success, closeness and progress per goal, losses)."""
     steps = args.td3_steps if job["learner"] == "td3" else args.iql_steps
-    curve = []
-    eval_seed = 10_000 + job["seed"]
+    every = max(1, steps // args.curve_points)
+    curve: list[dict[str, Any]] = []
+
+    def point(step: int, act: Any, **stats: Any) -> None:
+        scores = evaluate(act, job["env"], goals, args.eval_episodes, job["seed"], args.goal_radius)
+        curve.append({"step": step, **scores, **stats})
+
     if job["learner"] == "td3":
         from myriad.rl.td3 import OfflineTD3, TD3Config
 
@@ -315,28 +390,22 @@ def train(
         }
         done = 0
         while done < steps:
-            chunk = min(args.eval_every, steps - done)
+            chunk = min(every, steps - done)
             for _ in range(chunk):
                 stats = td3.update(td3.sample(tensors))
             done += chunk
-            curve.append(
-                {
-                    "step": done,
-                    "success_per_goal": evaluate(
-                        td3.act, job["env"], goals, args.eval_episodes, eval_seed
-                    ),
-                    **stats,
-                }
-            )
+            point(done, td3.act, **stats)
         return curve
     import logging
+    from dataclasses import replace
 
     import d3rlpy
     import structlog
 
     from myriad.datasets import to_d3rlpy
 
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    # ERROR: d3rlpy warns at every fitter after the first that its models are already built.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     d3rlpy.seed(job["seed"])
     enc = d3rlpy.models.VectorEncoderFactory([args.hidden, args.hidden])
     algo = d3rlpy.algos.IQLConfig(
@@ -345,27 +414,27 @@ def train(
         value_encoder_factory=enc,
         batch_size=256,
         gamma=0.99,
-        expectile=0.7,
-        weight_temp=3.0,
+        expectile=IQL_SETTINGS["expectile"],
+        weight_temp=IQL_SETTINGS["weight_temp"],
         tau=0.005,
     ).create(device="cpu")
-    dataset = to_d3rlpy(data)
-    for _ in algo.fitter(
-        dataset,
-        n_steps=steps,
-        n_steps_per_epoch=args.eval_every,
-        show_progress=False,
-        save_interval=10**9,
-        logger_adapter=d3rlpy.logging.NoopAdapterFactory(),
-    ):
-        curve.append(
-            {
-                "step": len(curve) * args.eval_every + args.eval_every,
-                "success_per_goal": evaluate(
-                    algo.predict, job["env"], goals, args.eval_episodes, eval_seed
-                ),
-            }
-        )
+    shifted = replace(data, rewards=data.rewards + np.float32(IQL_SETTINGS["reward_offset"]))
+    dataset = to_d3rlpy(shifted)
+    done = 0
+    while done < steps:
+        # One fitter per curve point: d3rlpy's epochs must divide its step count.
+        chunk = min(every, steps - done)
+        for _ in algo.fitter(
+            dataset,
+            n_steps=chunk,
+            n_steps_per_epoch=chunk,
+            show_progress=False,
+            save_interval=10**9,
+            logger_adapter=d3rlpy.logging.NoopAdapterFactory(),
+        ):
+            pass
+        done += chunk
+        point(done, algo.predict)
     return curve
 
 
@@ -378,11 +447,11 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
     t_data = time.perf_counter() - t0
     goals, dist = goals_of(job["env"], args.goals)
     data = load(path)
-    gc = goal_conditioned(data, job["env"], goals)
+    gc = goal_conditioned(data, job["env"], goals, args.goal_radius)
     reaching = [
         int(gc.terminals[i * len(data) : (i + 1) * len(data)].sum()) for i in range(len(goals))
     ]
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     curve = train(args, job, gc, goals)
     final = curve[-1]["success_per_goal"]
     return {
@@ -396,7 +465,11 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
         "curve": curve,
         "success_per_goal": final,
         "success": float(np.mean(final)),
+        "closest_cells_per_goal": curve[-1]["closest_cells_per_goal"],
+        "progress_per_goal": curve[-1]["progress_per_goal"],
+        "progress": float(np.mean(curve[-1]["progress_per_goal"])),
         "steps": curve[-1]["step"],
+        "iql_settings": IQL_SETTINGS,
         "settings": {
             k: getattr(args, k)
             for k in (
@@ -404,7 +477,8 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
                 "goals",
                 "td3_steps",
                 "iql_steps",
-                "eval_every",
+                "curve_points",
+                "goal_radius",
                 "eval_episodes",
                 "hidden",
                 "iterations",
@@ -413,6 +487,8 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
         },
         "data_s": t_data,
         "train_s": time.perf_counter() - t1,
+        # CPU time of training and evaluation (one thread): the cost that budgets are set from.
+        "train_cpu_s": time.process_time() - c1,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
     }
 

@@ -2,8 +2,10 @@
 
 Per (env, learner, dataset size, data source): the success rate over the goals per seed, its
 IQM and mean with 95% stratified bootstrap intervals over seeds (rliable,
-``seed_statistics.iqm_and_mean``), success per goal against the goal's distance from the start,
-the learning curve (success against gradient steps, mean over seeds), and the dataset measures
+``seed_statistics.iqm_and_mean``), the same for the progress towards the goals (``1 -`` closest
+geodesic distance / distance from the start, :func:`exorl.evaluate`), success, progress and
+closest distance per goal against the goal's distance from the start, the learning curve
+(success and progress against gradient steps, mean over seeds), and the dataset measures
 of ``myriad dataset info`` (coverage, state-action coverage, k-NN entropy of the union and the
 mean over members, goal-reaching transitions per goal), averaged over the seeds' datasets.
 Only finished runs count; the JSON lists how many seeds each cell has.
@@ -79,14 +81,13 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         key = f"{env}/{learner}/n{size}"
         scores = {source: np.array([[r["success"]] for r in rs])}
         stats = iqm_and_mean(scores, reps=2000)[source]
+        progress = iqm_and_mean({source: np.array([[r["progress"]] for r in rs])}, reps=2000)
         per_goal = np.array([r["success_per_goal"] for r in rs])
         curve_steps = [c["step"] for c in rs[0]["curve"]]
-        curves = np.array(
-            [
-                [np.mean(c["success_per_goal"]) for c in r["curve"]]
-                for r in rs
-                if len(r["curve"]) == len(curve_steps)
-            ]
+        full = [r for r in rs if len(r["curve"]) == len(curve_steps)]
+        curves = np.array([[np.mean(c["success_per_goal"]) for c in r["curve"]] for r in full])
+        progress_curves = np.array(
+            [[np.mean(c["progress_per_goal"]) for c in r["curve"]] for r in full]
         )
         found = []
         for r in rs:
@@ -106,6 +107,11 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             **stats,
             "seeds": [r["seed"] for r in rs],
             "success_per_goal_mean": per_goal.mean(0).tolist(),
+            "progress": progress[source],
+            "progress_per_goal_mean": np.mean([r["progress_per_goal"] for r in rs], 0).tolist(),
+            "closest_cells_per_goal_mean": np.mean(
+                [r["closest_cells_per_goal"] for r in rs], 0
+            ).tolist(),
             "goal_distances_from_start": rs[0]["goal_distances_from_start"],
             "goals": rs[0]["goals"],
             "goal_reaching_transitions_mean": np.mean(
@@ -113,8 +119,10 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             ).tolist(),
             "curve_steps": curve_steps,
             "curve_success_mean": curves.mean(0).tolist() if len(curves) else [],
+            "curve_progress_mean": progress_curves.mean(0).tolist() if len(curves) else [],
             "gradient_steps": rs[0]["steps"],
             "train_minutes_mean": float(np.mean([r["train_s"] for r in rs]) / 60),
+            "train_cpu_minutes_mean": float(np.mean([r["train_cpu_s"] for r in rs]) / 60),
             "dataset_measures_mean": mean_dicts(found) if found else None,
             "pretraining_dataset_measures_mean": mean_dicts(pre) if pre else None,
         }
@@ -136,10 +144,12 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             u, mm = m.get("union") or {}, m.get("member_mean") or {}
             lo, hi = s["iqm_ci95"]
             goals = [round(x, 2) for x in s["success_per_goal_mean"]]
+            prog = [round(x, 2) for x in s["progress_per_goal_mean"]]
             reach = [round(x) for x in s["goal_reaching_transitions_mean"]]
             print(
                 f"  {source:12s} IQM {s['iqm']:.3f} [{lo:.3f}, {hi:.3f}] mean {s['mean']:.3f} "
-                f"seeds {s['seeds']} per goal {goals} goal rows {reach} | coverage "
+                f"seeds {s['seeds']} per goal {goals} progress {s['progress']['iqm']:.3f} "
+                f"per goal {prog} goal rows {reach} | coverage "
                 f"{u.get('coverage', nan):.3f} (members {mm.get('coverage', nan):.3f}, "
                 f"overlap {m.get('overlap') or nan:.2f}) sa {u.get('sa_coverage', nan):.3f} "
                 f"entropy {u.get('entropy', nan):.2f}"
@@ -172,9 +182,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
                 color=colours[source],
                 label=f"{source} ({len(s['seeds'])} seeds)",
             )
+            ax.plot(
+                s["goal_distances_from_start"], s["progress_per_goal_mean"], "x--",
+                color=colours[source], alpha=0.6,
+            )  # fmt: skip
             if s["curve_success_mean"]:
                 cx.plot(s["curve_steps"], s["curve_success_mean"], "o-", color=colours[source])
-        ax.set_title(f"{key}: success per goal", fontsize=9)
+                cx.plot(s["curve_steps"], s["curve_progress_mean"], "x--", color=colours[source],
+                        alpha=0.6)  # fmt: skip
+        ax.set_title(f"{key}: success (o) and progress (x) per goal", fontsize=9)
         ax.set_xlabel("goal distance from start (cells)", fontsize=8)
         ax.set_ylim(-0.02, 1.02)
         ax.legend(fontsize=7)
@@ -186,7 +202,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
         bx.set_ylim(0, 1)
         bx.set_title(f"{key}: IQM success over goals, 95% CI", fontsize=9)
         bx.tick_params(labelsize=7)
-        cx.set_title(f"{key}: success vs gradient steps", fontsize=9)
+        cx.set_title(f"{key}: success (o), progress (x) vs gradient steps", fontsize=9)
+        cx.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v / 1000:.0f}k"))
         cx.set_ylim(-0.02, 1.02)
     sizes: dict[str, dict[int, float]] = defaultdict(dict)
     for key, row in table.items():

@@ -14,7 +14,7 @@ from myriad.datasets import (
     random_policy_rows,
     relabel,
 )
-from myriad.datasets.data import reward_note
+from myriad.datasets.data import goal_conditioned, reward_note
 from myriad.datasets.relabel import relabel_stream
 from myriad.datasets.schema import concat_rows
 from myriad.envs import make
@@ -137,6 +137,23 @@ def test_relabelled_rewards_match_the_env(task):
     )
     np.testing.assert_array_equal(streamed["rewards"], got.rewards)
     np.testing.assert_array_equal(streamed["terminals"], got.terminals)
+
+
+def test_relabel_goal_radius_counts_next_positions_within_it():
+    """A larger radius marks exactly the transitions whose next position lies within it: the
+    count of an independent distance computation on the next states, more than at the env's."""
+    goal = (1.5, 13.5)
+    data = nav_rollout("sparse", goal)
+    nxt = (data.next_observations[:, :2] + 1) / 2 * 17.0  # the maze is 17 x 17 cells
+    distance = np.linalg.norm(nxt - np.asarray(goal), axis=1)
+    default = relabel(data, "sparse", goal)
+    wide = relabel(data, "sparse", goal, goal_radius=0.75)
+    np.testing.assert_array_equal(default.terminals, distance <= 0.5 + 1e-6)
+    np.testing.assert_array_equal(wide.terminals, distance <= 0.75 + 1e-6)
+    assert wide.terminals.sum() > default.terminals.sum() >= 3
+    np.testing.assert_array_equal(wide.rewards, wide.terminals.astype(np.float32))
+    tagged = goal_conditioned(data, [goal], (17.0, 17.0), goal_radius=0.75)
+    np.testing.assert_array_equal(tagged.terminals, wide.terminals)
 
 
 def test_relabel_refuses_non_nav_env():

@@ -138,6 +138,22 @@ def test_dense_reward_follows_geodesic_distance():
     assert (rewards[(15, 13)] > rewards[(13, 15)]) == (dist[15, 13] < dist[13, 15])
 
 
+def test_geodesic_to_goal_is_the_layouts_shortest_path_at_every_reachable_cell():
+    """Points anywhere inside each reachable cell of the maze, against a breadth-first search of
+    the layout from the goal's cell (row, column indexing, rows counted from the top)."""
+    env = make("nav-maze", 1, task="sparse", goal=(3.5, 12.5))
+    lay = env.layout
+    goal_row, goal_col = lay.height - 1 - 12, 3
+    reference = lay.distances_from((goal_row, goal_col))
+    rows, cols = np.nonzero(lay.reachable)
+    gen = torch.Generator().manual_seed(0)
+    offset = torch.rand(len(rows), 2, generator=gen) * 0.98 + 0.01  # inside the cell
+    pos = torch.tensor(np.stack([cols, lay.height - 1 - rows], 1), dtype=torch.float32) + offset
+    got = env.geodesic_to_goal(pos, torch.zeros(len(rows), dtype=torch.long))
+    np.testing.assert_array_equal(got.numpy(), reference[rows, cols].astype(np.float32))
+    assert got.min() == 0 and got.max() > 30  # the goal's own cell, and cells far around walls
+
+
 def test_multigoal_observes_goal_and_spreads_goals():
     env = make("nav-maze", 32, task="multigoal", num_goals=6)
     obs = env.reset(seed=0)

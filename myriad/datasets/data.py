@@ -154,7 +154,10 @@ def load(
 
 
 def relabel(
-    data: TransitionData, task: str, goal: tuple[float, float] | None = None
+    data: TransitionData,
+    task: str,
+    goal: tuple[float, float] | None = None,
+    goal_radius: float | None = None,
 ) -> TransitionData:
     """``data`` with the rewards and terminals of ``task`` for ``goal`` (NumPy data).
 
@@ -162,9 +165,11 @@ def relabel(
         data: a dataset of a nav env (episode-contiguous, features ``x, y``).
         task: ``"sparse"`` or ``"dense"``.
         goal: ``(x, y)``; default the env's goal.
+        goal_radius: the goal is reached within this distance; default the dataset's env's.
     """
     spec = data.spec
-    rows = relabel_rows(data.rows(), spec, NavGoalReward.for_spec(spec, task, goal))
+    reward = NavGoalReward.for_spec(spec, task, goal, goal_radius)
+    rows = relabel_rows(data.rows(), spec, reward)
     return replace(
         data,
         rewards=rows["rewards"],
@@ -178,18 +183,21 @@ def goal_conditioned(
     goals: list[tuple[float, float]],
     map_size: tuple[float, float],
     clip_actions: bool = False,
+    goal_radius: float | None = None,
 ) -> TransitionData:
     """One copy of ``data`` per goal, relabelled with that goal's sparse reward, the goal appended
     to the observations and next observations (NumPy data; ``[len(goals) * N, O + 2]``).
 
     The goal is scaled like a nav env's position, ``2 * goal / map_size - 1``, so the learner sees
     it in the observation's units. ``clip_actions`` clips the actions to ``[-1, 1]``, the actions
-    the env executed (a Gaussian policy's samples are stored as drawn).
+    the env executed (a Gaussian policy's samples are stored as drawn). ``goal_radius``: a
+    transition reaches the goal when its next position is within this distance (default the
+    dataset's env's).
     """
     size = np.asarray(map_size, np.float32)
     parts = []
     for goal in goals:
-        r = relabel(data, "sparse", goal)
+        r = relabel(data, "sparse", goal, goal_radius)
         scaled = (np.asarray(goal, np.float32) / size * 2 - 1).astype(np.float32)
         g = np.broadcast_to(scaled, (len(r), 2))
         parts.append(

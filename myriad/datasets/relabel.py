@@ -37,6 +37,8 @@ class NavGoalReward:
         task: ``"sparse"`` or ``"dense"``.
         goal: ``(x, y)``; default the env's goal for ``task`` (the map's ``G`` cell, or the cell
             farthest from the start).
+        goal_radius: the goal is reached within this distance; default the dataset's env option
+            (the env's default, 0.5, when the options do not set it).
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class NavGoalReward:
         options: dict[str, Any] | None,
         task: str,
         goal: tuple[float, float] | None = None,
+        goal_radius: float | None = None,
     ) -> None:
         from myriad.envs import make
         from myriad.envs.nav import PointNavEnv
@@ -55,6 +58,8 @@ class NavGoalReward:
         opts["task"] = task
         if goal is not None:
             opts["goal"] = tuple(float(g) for g in goal)
+        if goal_radius is not None:
+            opts["goal_radius"] = float(goal_radius)
         nav = make(env, 1, "cpu", **opts)
         if not isinstance(nav, PointNavEnv):
             nav.close()
@@ -66,12 +71,16 @@ class NavGoalReward:
 
     @classmethod
     def for_spec(
-        cls, spec: DatasetSpec, task: str, goal: tuple[float, float] | None = None
+        cls,
+        spec: DatasetSpec,
+        task: str,
+        goal: tuple[float, float] | None = None,
+        goal_radius: float | None = None,
     ) -> NavGoalReward:
         env = spec.metadata.get("env")
         if not isinstance(env, str):
             raise ValueError("the dataset's metadata names no env: cannot compute task rewards")
-        return cls(env, spec.metadata.get("env_options"), task, goal)
+        return cls(env, spec.metadata.get("env_options"), task, goal, goal_radius)
 
     def positions(self, observations: np.ndarray) -> np.ndarray:
         """World positions ``[N, 2]`` encoded in observations ``[N, O]``."""

@@ -300,11 +300,16 @@ class PointNavEnv(TensorVecEnv):
         reached = (pos - self.goal_set[goal_index]).square().sum(dim=1) <= self.goal_radius**2
         reward = reached.float()
         if self.task == "dense":
-            cell = pos.floor().long()
-            flat = cell[:, 0] * self.layout.height + cell[:, 1]
-            geo = self.goal_distance[goal_index, flat]
-            reward = reward - geo / self.distance_scale
+            reward = reward - self.geodesic_to_goal(pos, goal_index) / self.distance_scale
         return reward, reached
+
+    def geodesic_to_goal(self, pos: torch.Tensor, goal_index: torch.Tensor) -> torch.Tensor:
+        """Geodesic distance in cells ``[N]`` (float) from the cell of each position
+        ``pos [N, 2]`` to the cell of its goal ``goal_index [N]`` (into :attr:`goal_set`):
+        0 in the goal's cell, the number of cell moves (4-connected) around walls otherwise."""
+        cell = pos.floor().long()
+        flat = cell[:, 0] * self.layout.height + cell[:, 1]
+        return self.goal_distance[goal_index, flat]
 
     def _observe(self) -> torch.Tensor:
         parts = [self.pos / self.size * 2 - 1, self.vel / self.max_speed]
