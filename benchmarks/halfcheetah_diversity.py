@@ -36,6 +36,7 @@ the population size of the finetuning runs."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -326,15 +327,36 @@ def finetune(args: argparse.Namespace, env_overrides: list[str]) -> dict[str, An
                     flush=True,
                 )
                 runs.append(record)
-    per_algo = {
-        variant: {
-            "final_return": [r["final_return"] for r in runs if r["variant"] == variant],
-            "mean_evaluated_return": [r["auc"] for r in runs if r["variant"] == variant],
-            "first_evaluated_return": [r["curve"][0][1] for r in runs if r["variant"] == variant],
+    return {"runs": runs, "per_algo": per_variant(runs, list(args.finetune_variants))}
+
+
+#: A drop of the leader's evaluated return between two evaluations larger than this is an
+#: instability event; a run "reaches" a return when one of its evaluations does.
+DROP, REACH = 100.0, 200.0
+
+
+def per_variant(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, Any]:
+    """Per variant: the runs' final, mean evaluated and first evaluated returns, their means
+    over the runs, the instability events (drops > :data:`DROP`) and the runs reaching
+    :data:`REACH`."""
+    out = {}
+    for variant in variants:
+        mine = [r for r in runs if r["variant"] == variant]
+        curves = [[value for _, value in r["curve"]] for r in mine]
+        final = [r["final_return"] for r in mine]
+        evaluated = [r["auc"] for r in mine]
+        out[variant] = {
+            "final_return": final,
+            "mean_evaluated_return": evaluated,
+            "first_evaluated_return": [c[0] for c in curves],
+            "final_return_mean": float(np.mean(final)),
+            "mean_evaluated_return_mean": float(np.mean(evaluated)),
+            "drops_over_100": sum(
+                sum(1 for a, b in itertools.pairwise(c) if a - b > DROP) for c in curves
+            ),
+            "runs_reaching_200": sum(1 for c in curves if max(c) >= REACH),
         }
-        for variant in args.finetune_variants
-    }
-    return {"runs": runs, "per_algo": per_algo}
+    return out
 
 
 def finetune_figure(path: Path, result: dict[str, Any]) -> None:
@@ -397,8 +419,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finetune-final-episodes", type=int, default=16)
     parser.add_argument("--finetune-init-episodes", type=int, default=8)
     parser.add_argument("--finetune-threshold", type=float, default=100.0)
+    parser.add_argument(
+        "--summarize",
+        action="store_true",
+        help="recompute --out's per-variant figures from its runs",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.summarize:
+        out = Path(args.out)
+        result = json.loads(out.read_text())
+        runs = result["finetune"]["runs"]
+        variants = list(dict.fromkeys(r["variant"] for r in runs))
+        result["finetune"]["per_algo"] = per_variant(runs, variants)
+        write_json(out, result)
+        return 0
     if args.finetune_init:
         return main_finetune(args)
     load_before = os.getloadavg()
