@@ -87,6 +87,23 @@ GOAL_RADIUS = 0.75
 IQL_SETTINGS = {"expectile": 0.9, "weight_temp": 10.0, "reward_offset": -1.0}
 
 
+def iql(hidden: int, expectile: float, weight_temp: float) -> Any:
+    """d3rlpy's IQL on the CPU with ``hidden x hidden`` networks, batch 256, gamma 0.99."""
+    import d3rlpy
+
+    enc = d3rlpy.models.VectorEncoderFactory([hidden, hidden])
+    return d3rlpy.algos.IQLConfig(
+        actor_encoder_factory=enc,
+        critic_encoder_factory=enc,
+        value_encoder_factory=enc,
+        batch_size=256,
+        gamma=0.99,
+        expectile=expectile,
+        weight_temp=weight_temp,
+        tau=0.005,
+    ).create(device="cpu")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--work", default="runs/exorl", help="pretraining runs and datasets")
@@ -407,17 +424,7 @@ def train(
     # ERROR: d3rlpy warns at every fitter after the first that its models are already built.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     d3rlpy.seed(job["seed"])
-    enc = d3rlpy.models.VectorEncoderFactory([args.hidden, args.hidden])
-    algo = d3rlpy.algos.IQLConfig(
-        actor_encoder_factory=enc,
-        critic_encoder_factory=enc,
-        value_encoder_factory=enc,
-        batch_size=256,
-        gamma=0.99,
-        expectile=IQL_SETTINGS["expectile"],
-        weight_temp=IQL_SETTINGS["weight_temp"],
-        tau=0.005,
-    ).create(device="cpu")
+    algo = iql(args.hidden, IQL_SETTINGS["expectile"], IQL_SETTINGS["weight_temp"])
     shifted = replace(data, rewards=data.rewards + np.float32(IQL_SETTINGS["reward_offset"]))
     dataset = to_d3rlpy(shifted)
     done = 0

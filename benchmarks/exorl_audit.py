@@ -163,17 +163,7 @@ def iql_audit(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"goal_reaching_transitions": int(gc.terminals.sum())}
         for name, (offset, expectile, temp) in variants.items():
             d3rlpy.seed(args.seed)
-            enc = d3rlpy.models.VectorEncoderFactory([64, 64])
-            algo = d3rlpy.algos.IQLConfig(
-                actor_encoder_factory=enc,
-                critic_encoder_factory=enc,
-                value_encoder_factory=enc,
-                batch_size=256,
-                gamma=0.99,
-                expectile=expectile,
-                weight_temp=temp,
-                tau=0.005,
-            ).create(device="cpu")
+            algo = exorl.iql(64, expectile, temp)
             shifted = replace(gc, rewards=gc.rewards + np.float32(offset))
             algo.fit(
                 to_d3rlpy(shifted),
@@ -216,13 +206,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(n):
         td3.update(td3.sample(data))
     td3_cpu, td3_wall = time.process_time() - c0, time.perf_counter() - w0
-    enc = d3rlpy.models.VectorEncoderFactory([64, 64])
-    algo = d3rlpy.algos.IQLConfig(
-        actor_encoder_factory=enc,
-        critic_encoder_factory=enc,
-        value_encoder_factory=enc,
-        batch_size=256,
-    ).create(device="cpu")
+    algo = exorl.iql(64, exorl.IQL_SETTINGS["expectile"], exorl.IQL_SETTINGS["weight_temp"])
     ds = to_d3rlpy(gc)
     c0, w0 = time.process_time(), time.perf_counter()
     algo.fit(ds, n_steps=n, n_steps_per_epoch=n, show_progress=False, save_interval=10**9,

@@ -149,20 +149,9 @@ def run_myriad(args: list[str], cwd: Path, kill_at: str | None = None) -> str:
 def torchrun_command(*args: str, ranks: int = 2) -> list[str]:
     """``torchrun --nproc_per_node=ranks ARGS`` on this machine, rendezvous on a free port of
     127.0.0.1 (run it with :func:`rank_env`)."""
-    import socket
+    from myriad.bench.common import torchrun_prefix
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={ranks}",
-        "--master_addr=127.0.0.1",
-        f"--master_port={port}",
-        *args,
-    ]
+    return [*torchrun_prefix(ranks), *args]
 
 
 def rank_stderr(stderr: str) -> list[str]:
