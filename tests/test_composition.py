@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import TINY_PRETRAIN
+from conftest import TINY_FINETUNE, TINY_PRETRAIN
 
 from myriad.envs import EnvConfigError, VecEnv, make, make_from_config
 from myriad.finetune import finetune
@@ -161,3 +161,62 @@ def test_a_pretraining_runner_takes_another_dataset_sink_and_measurement(tmp_pat
     assert "coverage/cumulative_union" in default_summary
     assert not any(k.startswith(("coverage/", "eval_coverage")) for k in summary)
     assert summary["entropy/collective"] == default_summary["entropy/collective"]
+
+
+class RecordingBackend:
+    """A caller's own tracker: it records what the run sends it."""
+
+    def __init__(self) -> None:
+        self.configs: list[dict[str, Any]] = []
+        self.scalars: list[tuple[int, int, dict[str, float]]] = []
+        self.closed = False
+
+    def log_config(self, config: Any) -> None:
+        self.configs.append(dict(config))
+
+    def log_scalars(self, scalars: Any, env_steps: int, iteration: int) -> None:
+        self.scalars.append((env_steps, iteration, dict(scalars)))
+
+    def log_video(self, tag: str, path: Path, env_steps: int, iteration: int) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("stage", ["pretrain", "finetune"])
+def test_a_callers_log_backend_gets_the_config_and_every_iterations_scalars(tmp_path, stage):
+    """``log_backends=`` hands the run a tracker of the caller's own: it gets the config once,
+    the scalars of every iteration (the same values the run's history holds), and is closed
+    when the run ends."""
+    from myriad.utils.checkpoint import resolve_checkpoint
+
+    backend = RecordingBackend()
+    if stage == "pretrain":
+        pretrain(
+            [*TINY_PRETRAIN, "plots=false"],
+            run_dir=tmp_path / "run",
+            quiet=True,
+            log_backends=[backend],
+        )
+    else:
+        finetune(
+            "cpo",
+            [*TINY_FINETUNE, "num_envs=16", "population.size=4", "iterations=4", "plots=false"],
+            run_dir=tmp_path / "run",
+            quiet=True,
+            log_backends=[backend],
+        )
+    assert len(backend.configs) == 1 and backend.configs[0]["seed"] is not None
+    iterations = [it for _, it, _ in backend.scalars]
+    assert iterations == sorted(iterations) and iterations[-1] >= 2
+    saved = torch.load(resolve_checkpoint(tmp_path / "run"), weights_only=True)
+    history = saved["logger"]["history"]
+    steps, iteration, last = backend.scalars[-1]
+    assert steps > 0
+    for key, value in last.items():
+        assert dict(history[key])[iteration] == pytest.approx(value), key
+    assert backend.closed

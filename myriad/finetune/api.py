@@ -15,6 +15,7 @@ from myriad.nn.population import check_population
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import ConfigError, compose, resumed_config
 from myriad.utils.launch import RankRunner, RunRequest, on_torchrun_rank, run_on_ranks
+from myriad.utils.loggers import LogBackend
 from myriad.utils.logging import print_report
 
 
@@ -82,6 +83,7 @@ def finetune(
     *,
     ranks: RankRunner | None = None,
     remote_envs: RemoteEnvFactory | None = None,
+    log_backends: Sequence[LogBackend] = (),
 ) -> dict[str, Any]:
     """Run finetuning; returns the run summary (also in ``<run>/summary.json``).
 
@@ -92,7 +94,7 @@ def finetune(
             :mod:`myriad.finetune.init` for the rule); without it members start fresh.
         resume: a finetuning run folder or checkpoint to continue (its config is reused).
         run_dir: where to write the run (default ``runs/finetune/<algo>-<env>-<time>``).
-        quiet, overwrite, remote_envs: as for :func:`myriad.pretrain.pretrain`.
+        quiet, overwrite, remote_envs, log_backends: as for :func:`myriad.pretrain.pretrain`.
         ranks: as for :func:`myriad.pretrain.pretrain`, with
             :func:`myriad.distributed.torchdist.finetune_on_ranks`.
     """
@@ -107,7 +109,9 @@ def finetune(
         "finetune",
         f"{cfg['algo']['name']}-{cfg['env']['name']}",
         cfg,
-        lambda c, folder: FinetuneRunner(c, folder, remote_envs=remote_envs),
+        lambda c, folder: FinetuneRunner(
+            c, folder, remote_envs=remote_envs, log_backends=log_backends
+        ),
         resume=resume,
         run_dir=run_dir,
         overwrite=overwrite,

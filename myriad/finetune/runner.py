@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,6 +34,7 @@ from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.rl.storage import RolloutStorage
 from myriad.utils.checkpoint import latest_checkpoint
 from myriad.utils.config import ConfigError
+from myriad.utils.loggers import LogBackend
 from myriad.utils.seeding import stream_seed
 from myriad.viz.finetune_plots import kl_heatmap, kl_setpoint, overview
 from myriad.viz.route_plots import route_map
@@ -62,6 +63,8 @@ class FinetuneRunner(OnPolicyRunner):
             the run folder.
         remote_envs: builds the envs of a config with a ``distributed`` entry (the command
             layer's choice; :func:`~myriad.envs.registry.make_from_config`).
+        log_backends: trackers of the caller's own that the run's scalars also go to
+            (:class:`~myriad.utils.loggers.LogBackend`), beside the config's ``logger``.
     """
 
     RESUME_IGNORED_KEYS: ClassVar[tuple[str, ...]] = (
@@ -79,6 +82,7 @@ class FinetuneRunner(OnPolicyRunner):
         run_dir: str | os.PathLike[str],
         role: ProcessRole | None = None,
         remote_envs: RemoteEnvFactory | None = None,
+        log_backends: Sequence[LogBackend] = (),
     ) -> None:
         role = role if role is not None else SingleProcess()
         setup = population_setup(cfg, role.env_shard, remote_envs=remote_envs)
@@ -98,6 +102,7 @@ class FinetuneRunner(OnPolicyRunner):
             store_transitions=algorithm.needs_transitions,
             desync=bool(cfg.get("desync_episodes", True)),
             role=role,
+            log_backends=log_backends,
             **runner_settings(cfg),
         )
         # Seeded alike, the replicas start equal; the role makes sure of it (an env that draws

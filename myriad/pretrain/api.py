@@ -11,6 +11,7 @@ from myriad.pretrain.settings import check_pretrain_config
 from myriad.rl.runner import train_in_folder
 from myriad.utils.config import compose, resumed_config
 from myriad.utils.launch import RankRunner, RunRequest, on_torchrun_rank, run_on_ranks
+from myriad.utils.loggers import LogBackend
 from myriad.utils.logging import print_report
 
 
@@ -36,6 +37,7 @@ def pretrain(
     *,
     ranks: RankRunner | None = None,
     remote_envs: RemoteEnvFactory | None = None,
+    log_backends: Sequence[LogBackend] = (),
 ) -> dict[str, Any]:
     """Run K-Myriad pretraining; returns the run summary (also in ``<run>/summary.json``).
 
@@ -52,6 +54,9 @@ def pretrain(
         remote_envs: builds the envs of a config with a ``distributed`` entry
             (:func:`myriad.distributed.make_distributed`, Ray workers; ``myriad pretrain``
             passes it).
+        log_backends: trackers of the caller's own that the run's scalars and config also go
+            to, beside the config's ``logger`` (objects with the methods of
+            :class:`myriad.utils.loggers.LogBackend`; not used on torchrun ranks).
     """
     from myriad.pretrain.runner import PretrainRunner
 
@@ -64,7 +69,9 @@ def pretrain(
         # runs/pretrain/<env>-<time>: a Gymnasium env's id rather than "gymnasium"
         str(cfg["env"].get("id") or cfg["env"]["name"]).replace("/", "-"),
         cfg,
-        lambda c, folder: PretrainRunner(c, folder, remote_envs=remote_envs),
+        lambda c, folder: PretrainRunner(
+            c, folder, remote_envs=remote_envs, log_backends=log_backends
+        ),
         resume=resume,
         run_dir=run_dir,
         overwrite=overwrite,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +36,7 @@ from myriad.rl.on_policy import (
 from myriad.rl.ppo import PPO, ppo_config
 from myriad.rl.roles import ProcessRole, SingleProcess
 from myriad.utils.faults import fault_point
+from myriad.utils.loggers import LogBackend
 from myriad.utils.seeding import make_generator, stream_seed
 from myriad.viz.pretrain_plots import coverage_map, entropy_curves
 from myriad.viz.runs import TrainingVideos, run_behaviour_plots
@@ -54,6 +55,8 @@ class PretrainRunner(OnPolicyRunner):
             rows, in the order of one process), evaluates and writes the run folder.
         remote_envs: builds the envs of a config with a ``distributed`` entry (the command
             layer's choice; :func:`~myriad.envs.registry.make_from_config`).
+        log_backends: trackers of the caller's own that the run's scalars also go to
+            (:class:`~myriad.utils.loggers.LogBackend`), beside the config's ``logger``.
         dataset_sink: builds the writer's sink of the dataset rows when ``dataset.enabled``
             (default: the run's HDF5 dataset; :mod:`myriad.pretrain.collaborators`).
         measurement: builds the rollouts' k-NN measurement and coverage (default: the
@@ -75,6 +78,7 @@ class PretrainRunner(OnPolicyRunner):
         remote_envs: RemoteEnvFactory | None = None,
         dataset_sink: SinkFactory = recorder_sink,
         measurement: MeasurementFactory = knn_measurement,
+        log_backends: Sequence[LogBackend] = (),
     ) -> None:
         role = role if role is not None else SingleProcess()
         obj_cfg = cfg["objective"]
@@ -96,6 +100,7 @@ class PretrainRunner(OnPolicyRunner):
             store_transitions=True,
             desync=bool(cfg.get("desync_episodes", True)),
             role=role,
+            log_backends=log_backends,
             **runner_settings(cfg),
         )
         self.num_members = self.model.num_members

@@ -19,7 +19,7 @@ import abc
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -44,7 +44,7 @@ from myriad.utils.config import LOCK_NAME, output_folder, release_folder
 from myriad.utils.console import ConsoleReport, format_block
 from myriad.utils.digest import write_config_file
 from myriad.utils.faults import fault_point
-from myriad.utils.loggers import make_backends, parse_backends
+from myriad.utils.loggers import LogBackend, make_backends, parse_backends
 from myriad.utils.logging import ScalarLogger, to_float
 from myriad.utils.optional import require
 from myriad.utils.runlock import RunLock
@@ -143,8 +143,12 @@ class RunnerBase(abc.ABC):
         logger: str = "tensorboard",
         wandb: Mapping[str, Any] | None = None,
         role: ProcessRole | None = None,
+        log_backends: Sequence[LogBackend] = (),
     ) -> None:
         self.role: ProcessRole = role if role is not None else SingleProcess()
+        #: Backends the writing process's scalars also go to, beyond those ``logger`` names (a
+        #: tracker of the caller's own: :class:`~myriad.utils.loggers.LogBackend`).
+        self.extra_log_backends: list[LogBackend] = list(log_backends)
         if not self.role.is_writer:
             progress = plots = tensorboard = False
         self.config: dict[str, Any] = plain_config(config if config is not None else {})
@@ -212,7 +216,7 @@ class RunnerBase(abc.ABC):
         backends = make_backends(
             names or "none", self.run_dir, purge_step=purge, wandb=self.wandb_options
         )
-        return ScalarLogger(backends=backends)
+        return ScalarLogger(backends=[*backends, *self.extra_log_backends])
 
     def summary(self) -> dict[str, Any]:
         """Counters, throughput and versions, as written to ``summary.json``."""
