@@ -460,6 +460,28 @@ def main(argv: list[str] | None = None) -> int:
     args = [a for a in args if a != "--debug"]
     if debug:
         return _dispatch(args)
+    return _end_failed_rank(_run_reporting_errors(args))
+
+
+def _end_failed_rank(status: int) -> int:
+    """``status``; a rank of a torchrun launch that failed with its process group still open
+    ends here, its output flushed, without the interpreter's shutdown: there, the group's gloo
+    threads, blocked on a peer that has gone, abort the process ("terminate called without an
+    active exception" on stderr after the rank's one-line message). Everything of the run was
+    closed on the way out (``run_to_completion`` closes the runner whatever happens)."""
+    from myriad.utils.launch import on_torchrun_rank
+
+    dist = sys.modules.get("torch.distributed")
+    group_open = dist is not None and dist.is_available() and dist.is_initialized()
+    if status and group_open and on_torchrun_rank():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
+
+
+def _run_reporting_errors(args: list[str]) -> int:
+    """``myriad ARGS``; a user's error, or an internal one, becomes one line on stderr."""
     try:
         return _dispatch(args)
     except _user_errors() as exc:
