@@ -17,6 +17,7 @@ from myriad.nn import (
     gaussian_kl,
     gaussian_log_prob,
     is_blocked,
+    member_blocks,
 )
 from myriad.nn.population import build_population, check_population, population_config
 from myriad.utils.config import ConfigError
@@ -210,10 +211,39 @@ def test_extract_and_load_members(parameterization):
         other.load_members(model, [7])
 
 
+@pytest.mark.parametrize("parameterization", PARAMETERIZATIONS)
+def test_blocks_of_some_members_agree_with_the_general_path(parameterization):
+    """``blocked=slice(a, b)`` (a rank's members) gives the general path's outputs and
+    gradients on rows of members ``a..b-1`` alone."""
+    model = make_model(parameterization)
+    n, members = 5, slice(1, 3)
+    member = torch.arange(1, 3).repeat_interleave(n)
+    obs, actions = torch.randn(2 * n, OBS), torch.randn(2 * n, ACT)
+    assert member_blocks(member, M) == members
+    fast = outputs(model, obs, member, actions, blocked=members)
+    fast_grads = torch.autograd.grad(fast.square().sum(), list(model.parameters()))
+    general = outputs(model, obs, member, actions)
+    general_grads = torch.autograd.grad(general.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(fast, general, rtol=1e-5, atol=1e-6)
+    for a, b in zip(fast_grads, general_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    sample = model.act(obs, member, torch.Generator().manual_seed(0), blocked=members)
+    again = model.act(obs, member, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(sample.actions, again.actions, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="multiple"):
+        model.value(torch.randn(5, OBS), member[:5], blocked=members)
+
+
 def test_layout_helpers_and_config_errors():
     assert block_members(6, 3).tolist() == [0, 0, 1, 1, 2, 2]
     assert is_blocked(block_members(8, 4), 4)
     assert not is_blocked(torch.tensor([0, 1, 0, 1]), 2)
+    assert member_blocks(block_members(8, 4), 4) is True
+    assert member_blocks(torch.tensor([2, 2, 3, 3]), 4) == slice(2, 4)
+    assert member_blocks(torch.tensor([1, 1, 1]), 4) == slice(1, 2)
+    for unequal in ([0, 1, 0, 1], [1, 1, 2], [1, 1, 3, 3], [0, 0, 4, 4]):
+        assert member_blocks(torch.tensor(unequal), 4) is False, unequal
+    assert member_blocks(torch.zeros(0, dtype=torch.long), 4) is False
     with pytest.raises(ConfigError, match="use num_envs=6 or 8"):
         block_members(7, 2)
     with pytest.raises(ValueError, match="parameterization"):

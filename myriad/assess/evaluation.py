@@ -31,7 +31,7 @@ from myriad.assess.solutions import (
 from myriad.envs.base import VecEnv
 from myriad.envs.layout import Layout, LayoutError
 from myriad.envs.nav import PointNavEnv
-from myriad.nn.population import PopulationActorCritic, is_blocked
+from myriad.nn.population import PopulationActorCritic, member_blocks
 from myriad.utils.config import ConfigError
 from myriad.utils.seeding import make_generator
 
@@ -118,7 +118,7 @@ def rollout_members(
         device = env.device
         member = torch.as_tensor(list(members), dtype=torch.long, device=device)
         member = member.repeat_interleave(episodes)
-        blocked = is_blocked(member, model.num_members)
+        blocked = member_blocks(member, model.num_members)
         generator = make_generator(seed, device)
         obs = env.reset(seed)
         n = env.num_envs

@@ -20,6 +20,7 @@ from myriad.nn.population import (
     PopulationLinear,
     block_members,
     is_blocked,
+    member_blocks,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "gaussian_log_prob",
     "gaussian_sample",
     "is_blocked",
+    "member_blocks",
     "pairwise_categorical_kl",
     "pairwise_gaussian_kl",
 ]

@@ -11,6 +11,9 @@ acts on each row, in one of three forms:
   equal counts, ``member == arange(M).repeat_interleave(N // M)`` (how environments and PPO
   minibatches are laid out). The batch is reshaped to ``[M, N // M, O]``; no gather, no sync. The
   member tensor is not inspected (that would need a sync); :func:`is_blocked` checks a layout.
+- ``member: Tensor [N]`` with ``blocked=slice(a, b)``: the same over members ``a..b-1`` only,
+  ``member == arange(a, b).repeat_interleave(N // (b - a))``: the envs of a rank that owns some
+  of the members (:func:`member_blocks` finds the layout).
 - ``member: int``: every row uses that member (for example the leader evaluated on follower data).
 
 Parameterisations (``PopulationConfig.parameterization``):
@@ -72,6 +75,9 @@ ACTOR_OUTPUT_GAIN = 0.01
 CRITIC_OUTPUT_GAIN = 1.0
 
 Member = torch.Tensor | int
+#: The layout of the rows of a ``member`` tensor: ``False`` (any), ``True`` (member-major with
+#: equal counts over all M members) or ``slice(a, b)`` (the same over members ``a..b-1``).
+Blocked = bool | slice
 
 
 def check_population(
@@ -135,12 +141,25 @@ def block_members(
 
 
 def is_blocked(member: torch.Tensor, num_members: int) -> bool:
-    """Whether ``member [N]`` is member-major with equal counts (syncs with the device once)."""
+    """Whether ``member [N]`` is member-major with equal counts (syncs with the device)."""
+    return member_blocks(member, num_members) is True
+
+
+def member_blocks(member: torch.Tensor, num_members: int) -> Blocked:
+    """The ``blocked`` argument that fits ``member [N]``: ``True`` for the member-major layout
+    of all ``num_members`` members, ``slice(a, b)`` for that of members ``a..b-1`` alone (a
+    rank's share of the envs), ``False`` otherwise (syncs with the device a few times)."""
     n = member.shape[0]
-    if n == 0 or n % num_members:
+    if n == 0:
         return False
-    expected = block_members(n, num_members, member.device)
-    return bool(torch.equal(member.long(), expected))
+    low, high = int(member.min()), int(member.max()) + 1
+    count = high - low
+    if low < 0 or high > num_members or n % count:
+        return False
+    expected = torch.arange(low, high, device=member.device).repeat_interleave(n // count)
+    if not torch.equal(member.long(), expected):
+        return False
+    return True if count == num_members else slice(low, high)
 
 
 def _orthogonal_(weight: torch.Tensor, gain: float) -> None:
@@ -234,8 +253,9 @@ class PopulationNet(nn.Module, abc.ABC):
         self.out_features = out_features
 
     @abc.abstractmethod
-    def blocked(self, x: torch.Tensor) -> torch.Tensor:
-        """Member-major rows with equal counts, ``[M * n, in] -> [M * n, out]``."""
+    def blocked(self, x: torch.Tensor, members: slice | None = None) -> torch.Tensor:
+        """Member-major rows with equal counts, ``[M * n, in] -> [M * n, out]``; with
+        ``members=slice(a, b)``, rows of members ``a..b-1`` only, ``[(b - a) * n, in]``."""
 
     @abc.abstractmethod
     def rows(self, x: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
@@ -264,8 +284,12 @@ class SharedTrunkNet(PopulationNet):
         self.trunk = _mlp(sizes[:-1], activation, out_gain=None)
         self.head = PopulationLinear(num_members, sizes[-2], sizes[-1], out_gain)
 
-    def blocked(self, x: torch.Tensor) -> torch.Tensor:
-        return self.trunk.forward_member_heads(x, self.head.weight, self.head.bias)
+    def blocked(self, x: torch.Tensor, members: slice | None = None) -> torch.Tensor:
+        if members is None:
+            return self.trunk.forward_member_heads(x, self.head.weight, self.head.bias)
+        return self.trunk.forward_member_heads(
+            x, self.head.weight[members], self.head.bias[members]
+        )
 
     def rows(self, x: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
         # Heads are small, so computing all of them and gathering is cheaper than grouping rows
@@ -301,9 +325,10 @@ class EmbeddingNet(PopulationNet):
     def _run(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([x, emb], dim=-1))
 
-    def blocked(self, x: torch.Tensor) -> torch.Tensor:
-        n = x.shape[0] // self.num_members
-        emb = self.embedding.unsqueeze(1).expand(-1, n, -1).reshape(x.shape[0], -1)
+    def blocked(self, x: torch.Tensor, members: slice | None = None) -> torch.Tensor:
+        embedding = self.embedding if members is None else self.embedding[members]
+        n = x.shape[0] // embedding.shape[0]
+        emb = embedding.unsqueeze(1).expand(-1, n, -1).reshape(x.shape[0], -1)
         return self._run(x, emb)
 
     def rows(self, x: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
@@ -335,16 +360,21 @@ class IndependentNet(PopulationNet):
         )
         self.act = ACTIVATIONS[activation]()
 
-    def _stack(self, h: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Layers ``start..`` on a member-major ``[M, n, in]`` batch."""
-        for i in range(start, len(self.layers)):
+    def _stack(self, h: torch.Tensor, start: int = 0, members: slice | None = None) -> torch.Tensor:
+        """Layers ``start..`` on a member-major ``[M, n, in]`` batch (``[b - a, n, in]`` of
+        members ``a..b-1`` with ``members=slice(a, b)``)."""
+        for i, layer in enumerate(self._linears()[start:], start):
             if i > 0:
                 h = self.act(h)
-            h = self.layers[i](h)
+            if members is None:
+                h = layer(h)
+            else:
+                h = batched_linear(h, layer.weight[members], layer.bias[members])
         return h
 
-    def blocked(self, x: torch.Tensor) -> torch.Tensor:
-        y = self._stack(x.view(self.num_members, -1, x.shape[-1]))
+    def blocked(self, x: torch.Tensor, members: slice | None = None) -> torch.Tensor:
+        count = self.num_members if members is None else members.stop - members.start
+        y = self._stack(x.view(count, -1, x.shape[-1]), members=members)
         return y.reshape(-1, self.out_features)
 
     def rows(self, x: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
@@ -542,27 +572,31 @@ class PopulationActorCritic(nn.Module):
         return obs if self.obs_norm is None else self.obs_norm.normalize(obs)
 
     def _run_net(
-        self, net: PopulationNet, x: torch.Tensor, member: Member, blocked: bool
+        self, net: PopulationNet, x: torch.Tensor, member: Member, blocked: Blocked
     ) -> torch.Tensor:
         if not isinstance(member, torch.Tensor):
             return net.single(x, int(member))
-        if blocked:
-            if x.shape[0] % net.num_members:
+        if blocked is not False:
+            members = None if blocked is True else blocked
+            count = net.num_members if members is None else members.stop - members.start
+            if x.shape[0] % count:
                 raise ValueError(
-                    f"blocked=True needs the row count ({x.shape[0]}) to be a multiple of "
-                    f"num_members ({net.num_members})"
+                    f"blocked={blocked} needs the row count ({x.shape[0]}) to be a multiple of "
+                    f"its number of members ({count})"
                 )
-            return net.blocked(x)
+            return net.blocked(x, members)
         if member.shape != x.shape[:1]:
             raise ValueError(f"member must have shape [{x.shape[0]}], got {list(member.shape)}")
         return net.rows(x, member)
 
-    def _log_std_rows(self, n: int, member: Member, blocked: bool) -> torch.Tensor:
+    def _log_std_rows(self, n: int, member: Member, blocked: Blocked) -> torch.Tensor:
         log_std = self.log_std.clamp(*self.config.log_std_bounds)
         if not isinstance(member, torch.Tensor):
             return log_std[int(member)].expand(n, -1)
-        if blocked:
-            m = self.num_members
+        if blocked is not False:
+            if blocked is not True:
+                log_std = log_std[blocked]
+            m = log_std.shape[0]
             return log_std.unsqueeze(1).expand(m, n // m, -1).reshape(n, -1)
         return member_rows(log_std, member)
 
@@ -570,31 +604,31 @@ class PopulationActorCritic(nn.Module):
         return v if self.value_norm is None else self.value_norm.denormalize(v, member)
 
     def _policy(
-        self, x: torch.Tensor, member: Member, blocked: bool
+        self, x: torch.Tensor, member: Member, blocked: Blocked
     ) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self._run_net(self.actor, x, member, blocked)
         return mean, self._log_std_rows(x.shape[0], member, blocked)
 
-    def _value(self, x: torch.Tensor, member: Member, blocked: bool) -> torch.Tensor:
+    def _value(self, x: torch.Tensor, member: Member, blocked: Blocked) -> torch.Tensor:
         value = self._run_net(self.critic, x, member, blocked).squeeze(-1)
         return self._denormalize_value(value, member)
 
     # ---------------------------------------------------------------- public API
 
     def action_params(
-        self, obs: torch.Tensor, member: Member, blocked: bool = False
+        self, obs: torch.Tensor, member: Member, blocked: Blocked = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The Gaussian of each row's member: ``(mean [N, A], log_std [N, A])``."""
         return self._policy(self._normalize_obs(obs), member, blocked)
 
     def log_prob(
-        self, obs: torch.Tensor, member: Member, actions: torch.Tensor, blocked: bool = False
+        self, obs: torch.Tensor, member: Member, actions: torch.Tensor, blocked: Blocked = False
     ) -> torch.Tensor:
         """Log-probabilities of ``actions [N, A]`` under each row's member, ``[N]`` (the actor
         alone, differentiable: :meth:`evaluate` without the critic)."""
         return gaussian_log_prob(actions, *self.action_params(obs, member, blocked))
 
-    def value(self, obs: torch.Tensor, member: Member, blocked: bool = False) -> torch.Tensor:
+    def value(self, obs: torch.Tensor, member: Member, blocked: Blocked = False) -> torch.Tensor:
         """Each row's member's value estimate in return units, ``[N]``."""
         return self._value(self._normalize_obs(obs), member, blocked)
 
@@ -605,7 +639,7 @@ class PopulationActorCritic(nn.Module):
         member: Member,
         generator: torch.Generator | None = None,
         deterministic: bool = False,
-        blocked: bool = False,
+        blocked: Blocked = False,
     ) -> ActResult:
         """Sample actions (or take the mean when ``deterministic``) for ``obs [N, O]``.
 
@@ -620,7 +654,7 @@ class PopulationActorCritic(nn.Module):
         return ActResult(actions, log_prob, self._value(x, member, blocked), mean, log_std)
 
     def evaluate(
-        self, obs: torch.Tensor, member: Member, actions: torch.Tensor, blocked: bool = False
+        self, obs: torch.Tensor, member: Member, actions: torch.Tensor, blocked: Blocked = False
     ) -> Evaluation:
         """Log-probabilities, entropies and values of ``actions [N, A]`` (differentiable).
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from myriad.envs.base import EpisodeStats, TensorVecEnv, VecEnv
-from myriad.nn.population import PopulationActorCritic, block_members, is_blocked
+from myriad.nn.population import PopulationActorCritic, block_members, member_blocks
 from myriad.rl.storage import RolloutStorage
 
 
@@ -210,7 +210,7 @@ class RolloutCollector:
         )
         if self.member.shape != (env.num_envs,):
             raise ValueError(f"member must have shape [{env.num_envs}], got {self.member.shape}")
-        self.blocked = is_blocked(self.member, m)
+        self.blocked = member_blocks(self.member, m)
         self.generator = generator
         self.bootstrap_truncated = bootstrap_truncated
         per_member = m <= 16 if per_member_stats is None else per_member_stats

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from myriad.envs.base import VecEnv
-from myriad.nn.population import PopulationActorCritic, is_blocked
+from myriad.nn.population import PopulationActorCritic, member_blocks
 from myriad.utils.seeding import make_generator
 
 # A host read of "has every env finished?" every this many steps stops the rollout early without
@@ -96,7 +96,7 @@ def record_episodes(
     device = env.device
     member = torch.as_tensor(list(members), dtype=torch.long, device=device)
     member = member.repeat_interleave(episodes)
-    blocked = is_blocked(member, model.num_members)
+    blocked = member_blocks(member, model.num_members)
     generator = make_generator(seed, device)
     horizon = env.max_episode_steps if max_steps is None else min(max_steps, env.max_episode_steps)
     n = env.num_envs
