@@ -83,30 +83,42 @@ def test_doctor_reports_faiss(capsys):
     ("code", "preset", "expected"),
     [
         # Every command, a torchrun rank (python -m myriad) and a program importing myriad
-        # first: sleeping idle OpenMP threads, set before torch loads its runtime.
-        ("sys.argv = ['myriad', 'pretrain']; import myriad.cli", None, "PASSIVE"),
-        ("sys.argv = ['myriad', 'finetune', '--algo', 'ppo']; import myriad.cli", None, "PASSIVE"),
-        ("sys.argv = ['myriad', 'render', 'runs/x']; import myriad.cli", None, "PASSIVE"),
-        ("import myriad.finetune", None, "PASSIVE"),
-        # The user's own policy stands.
-        ("sys.argv = ['myriad', 'finetune']; import myriad.cli", "ACTIVE", "ACTIVE"),
-        # torch first: its runtime kept libgomp's default, and the variable keeps saying so.
-        ("import torch; import myriad.finetune", None, None),
+        # first: idle OpenMP threads that spin briefly, then sleep, set before torch loads its
+        # runtime.
+        ("sys.argv = ['myriad', 'pretrain']; import myriad.cli", {}, ("PASSIVE", "10000")),
+        (
+            "sys.argv = ['myriad', 'finetune', '--algo', 'ppo']; import myriad.cli",
+            {},
+            ("PASSIVE", "10000"),
+        ),
+        ("sys.argv = ['myriad', 'render', 'runs/x']; import myriad.cli", {}, ("PASSIVE", "10000")),
+        ("import myriad.finetune", {}, ("PASSIVE", "10000")),
+        # The user's own policy and spin count stand.
+        (
+            "sys.argv = ['myriad', 'finetune']; import myriad.cli",
+            {"OMP_WAIT_POLICY": "ACTIVE"},
+            ("ACTIVE", None),
+        ),
+        ("import myriad.finetune", {"GOMP_SPINCOUNT": "0"}, ("PASSIVE", "0")),
+        # torch first: its runtime kept libgomp's default, and the variables keep saying so.
+        ("import torch; import myriad.finetune", {}, (None, None)),
     ],
 )
-def test_openmp_wait_policy_is_set_once_for_every_entry_point(code, preset, expected):
+def test_openmp_settings_are_set_once_for_every_entry_point(code, preset, expected):
     import os
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if preset is not None:
-        env["OMP_WAIT_POLICY"] = preset
+    names = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+    env = {k: v for k, v in os.environ.items() if k not in names} | preset
     probe = (
         f"import os, sys; {code}; from myriad.utils.process import apply_process_settings; "
-        "print(apply_process_settings().torch_loaded_first, os.environ.get('OMP_WAIT_POLICY'))"
+        "s = apply_process_settings(); "
+        "print(s.torch_loaded_first, os.environ.get('OMP_WAIT_POLICY'), "
+        "os.environ.get('GOMP_SPINCOUNT'), s.openmp_wait_policy, s.openmp_spin_count)"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert out == [str(code.startswith("import torch")), str(expected)]
+    shown = [str(v) for v in expected]
+    assert out == [str(code.startswith("import torch")), *shown, *shown]
