@@ -73,7 +73,10 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"no finished runs under {out / 'runs'}")
     cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
-        cells[(r["env"], r["learner"], r["size"], r["source"])].append(r)
+        # The remedies' runs (exorl.py --sources) are one seed's diagnosis, reported by
+        # benchmarks/exorl_why.py, not sources of the protocol.
+        if r["source"] in SOURCES:
+            cells[(r["env"], r["learner"], r["size"], r["source"])].append(r)
     measures_cache: dict[str, Any] = {}
     table: dict[str, Any] = {}
     for (env, learner, size, source), rs in sorted(cells.items()):
