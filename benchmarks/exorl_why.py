@@ -119,7 +119,8 @@ def start_exits(
         ``in_start_cell`` (transitions with ``s`` in it), ``exits`` (``{direction: count}`` of
         those whose ``s'`` is in the neighbouring cell in that direction), ``right_half`` (the
         same two counts for ``s`` at or right of the cell's centre, the part of the start square
-        the failing episodes start from), ``north_exits_per_member``.
+        the failing episodes start from), ``north_share`` (north exits over all exits, for the
+        cell and its right half), ``north_exits_per_member``.
     """
     here = np.floor(pos).astype(np.int64)
     there = np.floor(next_pos).astype(np.int64)
@@ -136,10 +137,19 @@ def start_exits(
             north = went
     assert north is not None
     members = np.unique(member)
+
+    def north_share(counts: dict[str, int]) -> float:
+        return counts["north"] / max(sum(counts.values()), 1)
+
     return {
         "in_start_cell": int(inside.sum()),
         "exits": exits,
-        "right_half": {"in_start_cell": int(right.sum()), "exits": exits_right},
+        "north_share": north_share(exits),
+        "right_half": {
+            "in_start_cell": int(right.sum()),
+            "exits": exits_right,
+            "north_share": north_share(exits_right),
+        },
         "north_exits_per_member": {int(m): int((north & (member == m)).sum()) for m in members},
     }
 

@@ -77,7 +77,12 @@ def test_start_exits_match_a_row_by_row_count(why) -> None:
             north_members[int(m)] += names[step] == "north"
     assert got["in_start_cell"] == inside > 0
     assert got["exits"] == exits and min(exits.values()) > 0
-    assert got["right_half"] == {"in_start_cell": right, "exits": exits_right}
+    assert got["north_share"] == pytest.approx(exits["north"] / sum(exits.values()))
+    assert got["right_half"] == {
+        "in_start_cell": right,
+        "exits": exits_right,
+        "north_share": pytest.approx(exits_right["north"] / sum(exits_right.values())),
+    }
     assert got["north_exits_per_member"] == north_members
 
 
