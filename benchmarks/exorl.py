@@ -12,7 +12,12 @@ method on the fixed data, evaluate the task policy. Here:
   (b) ``single``: the same with ``population.size=1`` (one policy, the same k-NN objective,
   the APT-style baseline); (c) ``independent``: 8 members with ``objective.beta=0`` (each
   maximises its own entropy, no diversity term); (d) ``random``: uniformly random actions.
-  Seed ``s`` pretrains with ``seed=s`` and rolls out with seed ``s``.
+  Seed ``s`` pretrains with ``seed=s`` and rolls out with seed ``s``. Beside them, outside the
+  default plan (``--sources``), the remedies tried where the population's data lost
+  (``benchmarks/exorl_why.py``): ``kmyriad_m16`` (``population.size=16``),
+  ``kmyriad_beta0.5`` and ``kmyriad_beta0.75`` (``objective.beta``), and ``kmyriad_all``
+  (``N`` transitions of whole episodes drawn uniformly from everything the ``kmyriad`` run
+  recorded, :func:`whole_run_rows`).
 - **Tasks**: ``G`` goals per env at set geodesic distances from the start, near to far
   (:data:`GOAL_DISTANCES`), on ``nav-maze`` and ``nav-three-routes``;
   sparse reward (+1 and a terminal within ``--goal-radius``, :data:`GOAL_RADIUS`), relabelled
@@ -73,11 +78,12 @@ OVERRIDES = {
     # data lost on nav-three-routes (seed 0)"): not in the default plan, run with --sources.
     "kmyriad_m16": ["population.size=16"],
     "kmyriad_beta0.5": ["objective.beta=0.5"],
+    "kmyriad_beta0.75": ["objective.beta=0.75"],
 }
 # Sources whose N transitions are whole episodes drawn uniformly from everything another
 # source's pretraining run recorded (all 150 iterations) instead of its final population.
 WHOLE_RUN = {"kmyriad_all": "kmyriad"}
-REMEDIES = ("kmyriad_m16", "kmyriad_beta0.5", "kmyriad_all")
+REMEDIES = ("kmyriad_m16", "kmyriad_beta0.5", "kmyriad_beta0.75", "kmyriad_all")
 LEARNERS = ("td3", "iql")
 # Gradient steps per run: where the learning curves of maze, K-Myriad, seed 0 have flattened
 # (docs/datasets.md), and what 5 seeds of every run afford on a 2-core CPU in about 10 CPU-hours.

@@ -4,8 +4,8 @@ every source's 100,000-transition dataset side by side, with the TD3 result each
 In seed 0 of ``benchmarks/exorl.py``, TD3 on the K-Myriad final population's data reaches the
 goals from fewer starts (0.613 over the 6 goals) than on the independent explorers' data
 (0.927). This script measures, for each source (the protocol's four and the remedies of
-``exorl.py --sources``: ``kmyriad_m16``, ``kmyriad_beta0.5``, ``kmyriad_all``), from its dataset
-under ``--work``:
+``exorl.py --sources``, ``exorl.REMEDIES``: ``kmyriad_m16``, ``kmyriad_beta0.5``,
+``kmyriad_beta0.75``, ``kmyriad_all``), from its dataset under ``--work``:
 
 - the measures of ``myriad dataset info`` (:func:`myriad.datasets.dataset_info`): coverage,
   state-action coverage (SACo) and k-NN entropy of the union and of every member;
@@ -218,6 +218,9 @@ def run_result(out: Path, source: str) -> dict[str, Any] | None:
             for k in ("success", "success_per_goal", "progress", "progress_per_goal", "steps")
         },
         "goal_reaching_transitions": r["goal_reaching_transitions"],
+        # The learning curve, success averaged over the goals: the last point is one snapshot.
+        "curve_steps": [c["step"] for c in r["curve"]],
+        "curve_success": [float(np.mean(c["success_per_goal"])) for c in r["curve"]],
     }
 
 
