@@ -298,12 +298,12 @@ def whole_run_rows(run: Path, size: int, seed: int) -> tuple[Any, Any]:
 
     path = run_dataset(run)
     reader = open_reader(path)
-    ends = np.concatenate([r["terminals"] | r["timeouts"] for r in reader.iter_chunks()]).nonzero()[
-        0
-    ]
-    spec = reader.spec
-    reader.close()
-    lengths = np.diff(np.concatenate([[-1], ends]))
+    try:
+        spec = reader.spec
+        done = np.concatenate([r["terminals"] | r["timeouts"] for r in reader.iter_chunks()])
+    finally:
+        reader.close()
+    lengths = np.diff(np.concatenate([[-1], np.flatnonzero(done)]))  # [K] rows per episode
     order = np.random.default_rng(seed).permutation(len(lengths))
     total = np.cumsum(lengths[order])
     count = int(np.searchsorted(total, size)) + 1  # episodes until the sum reaches ``size``
