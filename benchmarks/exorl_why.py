@@ -212,7 +212,7 @@ def run_result(out: Path, source: str) -> dict[str, Any] | None:
         return None
     r = json.loads(path.read_text())
     return {
-        "run": str(path.relative_to(exorl.RESULTS.parent)),
+        "run": path.name,
         **{
             k: r[k]
             for k in ("success", "success_per_goal", "progress", "progress_per_goal", "steps")
