@@ -12,7 +12,12 @@ method on the fixed data, evaluate the task policy. Here:
   (b) ``single``: the same with ``population.size=1`` (one policy, the same k-NN objective,
   the APT-style baseline); (c) ``independent``: 8 members with ``objective.beta=0`` (each
   maximises its own entropy, no diversity term); (d) ``random``: uniformly random actions.
-  Seed ``s`` pretrains with ``seed=s`` and rolls out with seed ``s``.
+  Seed ``s`` pretrains with ``seed=s`` and rolls out with seed ``s``. Beside them, outside the
+  default plan (``--sources``), the remedies tried where the population's data lost
+  (``benchmarks/exorl_why.py``): ``kmyriad_m16`` (``population.size=16``),
+  ``kmyriad_beta0.5`` and ``kmyriad_beta0.75`` (``objective.beta``), and ``kmyriad_all``
+  (``N`` transitions of whole episodes drawn uniformly from everything the ``kmyriad`` run
+  recorded, :func:`whole_run_rows`).
 - **Tasks**: ``G`` goals per env at set geodesic distances from the start, near to far
   (:data:`GOAL_DISTANCES`), on ``nav-maze`` and ``nav-three-routes``;
   sparse reward (+1 and a terminal within ``--goal-radius``, :data:`GOAL_RADIUS`), relabelled
@@ -69,7 +74,16 @@ OVERRIDES = {
     "kmyriad": [],
     "single": ["population.size=1"],
     "independent": ["objective.beta=0.0"],
+    # Remedies tried where the population's data lost (docs/datasets.md, "Why the population's
+    # data lost on nav-three-routes (seed 0)"): not in the default plan, run with --sources.
+    "kmyriad_m16": ["population.size=16"],
+    "kmyriad_beta0.5": ["objective.beta=0.5"],
+    "kmyriad_beta0.75": ["objective.beta=0.75"],
 }
+# Sources whose N transitions are whole episodes drawn uniformly from everything another
+# source's pretraining run recorded (all 150 iterations) instead of its final population.
+WHOLE_RUN = {"kmyriad_all": "kmyriad"}
+REMEDIES = ("kmyriad_m16", "kmyriad_beta0.5", "kmyriad_beta0.75", "kmyriad_all")
 LEARNERS = ("td3", "iql")
 # Gradient steps per run: where the learning curves of maze, K-Myriad, seed 0 have flattened
 # (docs/datasets.md), and what 5 seeds of every run afford on a 2-core CPU in about 10 CPU-hours.
@@ -134,6 +148,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iterations", type=int, default=150, help="pretraining iterations")
     p.add_argument("--only", nargs="*", default=None, help="run ids to run (default: all)")
     p.add_argument(
+        "--sources",
+        nargs="*",
+        choices=SOURCES + REMEDIES,
+        default=list(SOURCES),
+        help="data sources to plan (default: the protocol's four; the remedies are extra)",
+    )
+    p.add_argument(
         "--envs",
         nargs="*",
         choices=sorted(ENVS),
@@ -166,7 +187,7 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
             for learner in learners:
                 for env in envs:
                     for size in sizes:
-                        for source in SOURCES:
+                        for source in args.sources:
                             jobs.append(
                                 {
                                     "env": env,
@@ -252,8 +273,12 @@ def build_dataset(args: argparse.Namespace, env: str, source: str, size: int, se
         venv.close()
         writer.close()
         return path
-    run = pretrain_run(work, env, source, seed, args.iterations)
-    spec, rows = final_population_rows(run, size, seed=seed)
+    if source in WHOLE_RUN:
+        run = pretrain_run(work, env, WHOLE_RUN[source], seed, args.iterations)
+        spec, rows = whole_run_rows(run, size, seed)
+    else:
+        run = pretrain_run(work, env, source, seed, args.iterations)
+        spec, rows = final_population_rows(run, size, seed=seed)
     writer = D4RLWriter(
         path, spec.obs_dim, spec.action_dim, spec.feature_names, metadata=spec.metadata
     )
@@ -261,6 +286,52 @@ def build_dataset(args: argparse.Namespace, env: str, source: str, size: int, se
         writer.append(batch)
     writer.close()
     return path
+
+
+def whole_run_rows(run: Path, size: int, seed: int) -> tuple[Any, Any]:
+    """``size`` transitions of whole episodes drawn uniformly without replacement from every row
+    a pretraining run recorded (the last drawn episode cut to fit, its last row a timeout);
+    returns ``(spec, rows)`` like :func:`myriad.datasets.final_population_rows`."""
+    from myriad.datasets import DatasetSpec, open_reader
+    from myriad.datasets.formats import run_dataset
+    from myriad.datasets.selection import episode_stream
+
+    path = run_dataset(run)
+    reader = open_reader(path)
+    try:
+        spec = reader.spec
+        done = np.concatenate([r["terminals"] | r["timeouts"] for r in reader.iter_chunks()])
+    finally:
+        reader.close()
+    lengths = np.diff(np.concatenate([[-1], np.flatnonzero(done)]))  # [K] rows per episode
+    order = np.random.default_rng(seed).permutation(len(lengths))
+    total = np.cumsum(lengths[order])
+    count = int(np.searchsorted(total, size)) + 1  # episodes until the sum reaches ``size``
+    if count > len(order):
+        raise ValueError(f"{path} holds {int(total[-1])} transitions, fewer than {size}")
+    chosen = order[:count]
+    last_rows = int(size - (total[count - 2] if count > 1 else 0))
+    metadata = {
+        **{k: v for k, v in spec.metadata.items() if k != "iteration_rows"},
+        "exported_from": str(path),
+        "selection": {
+            "rule": "uniform_episodes",
+            "transitions": size,
+            "seed": seed,
+            "episodes_chosen": count,
+            "episodes_available": len(lengths),
+        },
+    }
+    out = DatasetSpec(spec.obs_dim, spec.action_dim, spec.feature_names, metadata)
+
+    def rows() -> Any:
+        reader = open_reader(path)
+        try:
+            yield from episode_stream(reader.iter_chunks(), chosen, int(chosen[-1]), last_rows)
+        finally:
+            reader.close()
+
+    return out, rows()
 
 
 def env_options(env: str) -> dict[str, Any]:

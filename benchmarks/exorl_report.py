@@ -68,7 +68,9 @@ def mean_dicts(items: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
-    runs = load_runs(out / "runs")
+    # The remedies' runs (exorl.py --sources) are one seed's diagnosis, reported by
+    # benchmarks/exorl_why.py, not sources of the protocol.
+    runs = [r for r in load_runs(out / "runs") if r["source"] in SOURCES]
     if not runs:
         raise SystemExit(f"no finished runs under {out / 'runs'}")
     cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)

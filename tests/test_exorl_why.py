@@ -1,0 +1,159 @@
+"""benchmarks/exorl_why.py's measures (member overlap, start-cell exits, still transitions, member
+cells) against brute-force loops, and benchmarks/exorl.py's whole-run source against the rows of
+the run it draws from."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _module(name: str):
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def why():
+    return _module("exorl_why")
+
+
+@pytest.mark.parametrize("members", [1, 2, 5])
+def test_overlap_matches_set_arithmetic(why, members: int) -> None:
+    rng = np.random.default_rng(members)
+    cells = {m: rng.random(40) < rng.uniform(0.1, 0.7) for m in range(members)}
+    sets = {m: set(np.nonzero(c)[0].tolist()) for m, c in cells.items()}
+    got = why.overlap(cells)
+    pairs = list(itertools.combinations(sets, 2))
+    jac = [len(sets[a] & sets[b]) / max(len(sets[a] | sets[b]), 1) for a, b in pairs]
+    covered = set().union(*sets.values())
+    counts = {c: sum(c in s for s in sets.values()) for c in covered}
+    if pairs:
+        assert got["mean_pairwise_jaccard"] == pytest.approx(sum(jac) / len(jac))
+    else:
+        assert got["mean_pairwise_jaccard"] is None
+    assert got["single_member_share"] == pytest.approx(
+        sum(n == 1 for n in counts.values()) / len(covered)
+    )
+    assert got["members_per_cell"] == pytest.approx(sum(counts.values()) / len(covered))
+
+
+def test_start_exits_match_a_row_by_row_count(why) -> None:
+    rng = np.random.default_rng(0)
+    n, start = 5000, (1, 4)
+    # States around the start cell, steps of up to one cell: every direction, and staying.
+    pos = np.array(start, float) + rng.uniform(-0.5, 1.5, (n, 2))
+    next_pos = pos + rng.uniform(-0.9, 0.9, (n, 2))
+    member = rng.integers(0, 3, n)
+    got = why.start_exits(pos, next_pos, member, start)
+    names = {(0, 1): "north", (1, 0): "east", (0, -1): "south", (-1, 0): "west"}
+    inside = right = 0
+    exits = dict.fromkeys(names.values(), 0)
+    exits_right = dict.fromkeys(names.values(), 0)
+    north_members = dict.fromkeys(range(3), 0)
+    for (x, y), (x2, y2), m in zip(pos, next_pos, member):
+        if (math.floor(x), math.floor(y)) != start:
+            continue
+        inside += 1
+        is_right = x >= start[0] + 0.5
+        right += is_right
+        step = (math.floor(x2) - start[0], math.floor(y2) - start[1])
+        if step in names:
+            exits[names[step]] += 1
+            exits_right[names[step]] += is_right
+            north_members[int(m)] += names[step] == "north"
+    assert got["in_start_cell"] == inside > 0
+    assert got["exits"] == exits and min(exits.values()) > 0
+    assert got["north_share"] == pytest.approx(exits["north"] / sum(exits.values()))
+    assert got["right_half"] == {
+        "in_start_cell": right,
+        "exits": exits_right,
+        "north_share": pytest.approx(exits_right["north"] / sum(exits_right.values())),
+    }
+    assert got["north_exits_per_member"] == north_members
+
+
+def test_still_share_and_member_cells_match_loops(why) -> None:
+    rng = np.random.default_rng(1)
+    n = 3000
+    pos = rng.uniform(0, 3, (n, 2))
+    next_pos = pos + rng.normal(0, 0.05, (n, 2))
+    still = sum(math.hypot(*(b - a)) < 0.05 for a, b in zip(pos, next_pos)) / n
+    assert why.still_share(pos, next_pos) == pytest.approx(still)
+
+    # Features inside and outside a 21 x 9 grid of unit cells, some cells unreachable.
+    features = rng.uniform(-1, 22, (n, 2)).astype(np.float32)
+    features[:, 1] = rng.uniform(-1, 10, n)
+    member = rng.integers(0, 4, n)
+    reachable = rng.random((21, 9)) < 0.8
+    grid = SimpleNamespace(low=(0.0, 0.0), high=(21.0, 9.0), cells=(21, 9), reachable=reachable)
+    got = why.member_cells(features, member, grid)
+    for m in range(4):
+        expect = np.zeros(21 * 9, bool)
+        for (x, y), mm in zip(features, member):
+            if mm == m and 0 <= x < 21 and 0 <= y < 9 and reachable[int(x), int(y)]:
+                expect[int(x) * 9 + int(y)] = True
+        assert np.array_equal(got[m], expect)
+
+
+def test_whole_run_rows_are_whole_episodes_of_the_run(tmp_path: Path) -> None:
+    exorl = _module("exorl")
+    from myriad.datasets import D4RLWriter, load, random_policy_rows
+    from myriad.envs import make
+
+    env = make("nav-three-routes", 16, "cpu", max_episode_steps=30)
+    run = tmp_path / "run"
+    (run / "dataset").mkdir(parents=True)
+    writer = D4RLWriter(
+        run / "dataset" / "transitions.hdf5",
+        env.obs_dim,
+        env.action_dim,
+        env.features.names,
+        metadata={"env": "nav-three-routes", "env_options": {"max_episode_steps": 30}},
+    )
+    member = torch.arange(16, dtype=torch.int32) % 4
+    for rows in random_policy_rows(env, 200, seed=0, member=member):
+        writer.append(rows)
+    writer.close()
+    env.close()
+    source = load(run / "dataset" / "transitions.hdf5")
+    spec, rows = exorl.whole_run_rows(run, 1000, seed=3)
+    out = tmp_path / "out.hdf5"
+    w = D4RLWriter(out, spec.obs_dim, spec.action_dim, spec.feature_names, metadata=spec.metadata)
+    for batch in rows:
+        w.append(batch)
+    w.close()
+    got = load(out)
+    assert len(got) == 1000
+    assert got.metadata["selection"]["rule"] == "uniform_episodes"
+    # Every episode of the selection is an episode of the run, in the run's order, whole but
+    # for the last one drawn, which is cut to fit and ends in a timeout.
+    starts = np.concatenate([[0], source.episode_ends()[:-1]])
+    by_obs = {
+        source.observations[s].tobytes(): (s, e) for s, e in zip(starts, source.episode_ends())
+    }
+    begin, firsts, cut = 0, [], 0
+    for end in got.episode_ends():
+        s, e = by_obs[got.observations[begin].tobytes()]
+        n = end - begin
+        assert np.array_equal(got.actions[begin:end], source.actions[s : s + n])
+        cut += n < e - s
+        if n < e - s:
+            assert got.timeouts[end - 1]
+        firsts.append(s)
+        begin = end
+    assert firsts == sorted(firsts) and cut <= 1
+    assert len(set(firsts)) == len(firsts) > 20
