@@ -17,7 +17,8 @@ torch. The settings depend on what runs, not on the command typed:
   thread spins briefly before it sleeps, so that the next of a run of small parallel ops (an env
   step, the loss of a minibatch) finds it awake. Waking a sleeping thread cost about 45 us per
   op on a 2-core VM: ``floor`` of 8,192 floats took 47.8 us on two threads against 1.2 us on one
-  (2.0 us with this count), and a nav-maze step of 4,096 envs 1.19 ms against 0.42 ms (0.44 ms).
+  (2.0 us with this count), and a nav-maze step of 4,096 envs 1.19 ms against 0.42 ms (0.44 ms;
+  one-off observations, 2026-11-28).
 - Threads: ``torch_threads`` of the run config, applied by the runner when a run starts
   (:func:`myriad.rl.runner.set_torch_threads`); torchrun sets ``OMP_NUM_THREADS=1`` per rank.
 - Allocator: glibc's malloc keeps freed blocks up to 32 MiB for reuse instead of returning them
