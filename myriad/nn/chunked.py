@@ -42,6 +42,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from myriad.nn.activations import ELU, elu_, elu_grad
+from myriad.nn.products import linear, linear_into, onednn_kernel
 from myriad.nn.tracing import exporting
 from myriad.utils.process import ProcessSettings, process_settings
 
@@ -85,6 +86,12 @@ Plan = tuple[tuple[nn.Linear, nn.Module | None], ...]
 Head = tuple[torch.Tensor, torch.Tensor] | None
 
 
+def _shapes(plan: Plan, head: Head) -> tuple[object, ...]:
+    """The widths of ``plan``'s layers and of ``head``'s weight ``[M, in, out]``."""
+    widths = tuple((lin.in_features, lin.out_features) for lin, _ in plan)
+    return widths, None if head is None else tuple(head[0].shape)
+
+
 def _chunk_rows(plan: Plan) -> int:
     width = max(max(lin.in_features, lin.out_features) for lin, _ in plan)
     return max(16, CHUNK_BYTES // (4 * width))
@@ -120,11 +127,14 @@ def _workers(count: int) -> ThreadPoolExecutor:
     return pool
 
 
-#: The fewest rows worth a worker thread of their own. A forward pass of a 64-64 ELU MLP over
-#: 1,024-2,048 rows ran 1.1-1.6x faster as two streams than on two OpenMP threads, over 4,096
-#: rows about as fast, on the quiet 2-core CPU; 1.5-2.5x faster under load (one-off
-#: observations, 2026-11-26).
-MIN_STREAM_ROWS = 1024
+#: The fewest rows worth a worker thread of their own. With idle OpenMP threads that slept at
+#: once, a forward pass of a 64-64 ELU MLP over 1,024-2,048 rows ran 1.1-1.6x faster as two
+#: streams than on two OpenMP threads (one-off observations, 2026-11-26), and 1,024 rows was the
+#: threshold. With the short spin of the process settings and oneDNN's products, a policy and
+#: critic step over 4,096 rows took 1.02 ms on two OpenMP threads against 1.58 ms as two
+#: streams of 2,048, and a PPO iteration at 4,096 envs 390-428 ms against 436-457 ms with the
+#: 1,024 threshold (two threads, quiet 2-core CPU; one-off observations, 2026-11-28).
+MIN_STREAM_ROWS = 4096
 
 
 #: The process settings the MLP runs under: start-up's decision (:mod:`myriad.utils.process`,
@@ -153,12 +163,26 @@ def _streams(x: torch.Tensor) -> int:
     return max(1, min(torch.get_num_threads(), x.shape[0] // MIN_STREAM_ROWS))
 
 
-def _in_streams(n: int, streams: int, work: Callable[[int, int], R]) -> list[R]:
+#: The (work, rows, streams) for which :func:`_in_streams` has run once, one stream after the
+#: other.
+_SEEN_STREAM_WORK: set[tuple[object, ...]] = set()
+os.register_at_fork(after_in_child=_SEEN_STREAM_WORK.clear)
+
+
+def _in_streams(
+    n: int, streams: int, work: Callable[[int, int], R], key: tuple[object, ...]
+) -> list[R]:
     """``work(start, stop)`` for ``streams`` contiguous near-equal row ranges of ``[0, n)``,
     on the worker threads when there are several; results in range order.
 
     ``work`` records no autograd graph (it runs inside a custom Function or without
     gradients), and runs in the caller's inference mode: both modes belong to a thread.
+    ``key`` names the work's shapes (the plan's widths, forward or backward): the first time a
+    key meets a row count, the streams run one after the other. oneDNN builds a kernel the first
+    time it meets a shape, and two threads that met a new shape at once got values a few units
+    in the last place apart from every later call in about a third of fresh processes
+    (:mod:`myriad.nn.products`; one-off observation, 2026-11-28); built one at a time, every
+    call gives the same values.
     """
     if streams == 1:
         return [work(0, n)]
@@ -170,6 +194,10 @@ def _in_streams(n: int, streams: int, work: Callable[[int, int], R]) -> list[R]:
 
     bounds = [n * k // streams for k in range(streams + 1)]
     pool = _workers(streams)
+    first = (*key, n, streams)
+    if first not in _SEEN_STREAM_WORK:
+        _SEEN_STREAM_WORK.add(first)
+        return [pool.submit(run, bounds[k], bounds[k + 1]).result() for k in range(streams)]
     futures = [pool.submit(run, bounds[k], bounds[k + 1]) for k in range(streams)]
     return [f.result() for f in futures]
 
@@ -191,12 +219,13 @@ def _forward_chunk(
     of the bias 300 us (one thread; 210 and 185 us with two); with 4 inputs there was no gain
     with one thread and a loss with two (one-off observations, 2026-11-27).
     """
+    onednn = onednn_kernel(h) is not None
     for i, (lin, act) in enumerate(plan):
-        if lin.in_features >= BIAS_AFTER_PRODUCT_MIN_IN:
+        if lin.in_features >= BIAS_AFTER_PRODUCT_MIN_IN and not onednn:
             torch.mm(h, params[2 * i].t(), out=outs[i])
             outs[i].add_(params[2 * i + 1])
         else:
-            torch.addmm(params[2 * i + 1], h, params[2 * i].t(), out=outs[i])
+            linear_into(outs[i], h, params[2 * i], params[2 * i + 1])
         if act is not None:
             _activate_(act, outs[i])
         h = outs[i]
@@ -232,7 +261,7 @@ def _head_forward(
 ) -> None:
     """Members ``m0..m1-1``'s heads on their equal shares of the rows ``h``, into ``y``."""
     if m1 - m0 == 1:
-        torch.addmm(bias[m0], h, weight[m0], out=y)
+        linear_into(y, h, weight[m0].t(), bias[m0])
         return
     k = m1 - m0
     torch.baddbmm(
@@ -258,7 +287,7 @@ def _head_backward(
     if m1 - m0 == 1:
         grad_w[m0].addmm_(grad_y.t(), h)
         grad_b[m0] += grad_y.sum(dim=0)
-        torch.mm(grad_y, weight[m0].t(), out=grad_h)
+        linear_into(grad_h, grad_y, weight[m0])
         return
     k = m1 - m0
     g3, h3 = grad_y.view(k, -1, grad_y.shape[1]), h.view(k, -1, h.shape[1])
@@ -329,6 +358,7 @@ def _backward_rows(
     # threads a PPO update at 4,096 envs ran 3-5% faster, with one 1.5% slower (interleaved,
     # one-off observations, 2026-11-27).
     ones = x.new_ones(rows) if torch.get_num_threads() > 1 else None
+    onednn = onednn_kernel(x) is not None
     if head is not None:
         weight, bias = head
         # [M, out, in]: the head's output is the narrow side, so out-first is the fast product.
@@ -355,6 +385,8 @@ def _backward_rows(
             h_in = x[s:e] if i == 0 else outs[i - 1][s:e]
             if transposed[i]:
                 grad_w[i].addmm_(h_in.t(), g)
+            elif onednn:
+                grad_w[i] += linear(g.t(), h_in.t())
             else:
                 grad_w[i].addmm_(g.t(), h_in)
             if ones is not None:
@@ -362,9 +394,9 @@ def _backward_rows(
             else:
                 grad_b[i] += g.sum(dim=0)
             if i > 0:
-                g = g.mm(params[2 * i])
+                g = linear(g, params[2 * i].t())
             elif grad_x is not None:
-                torch.mm(g, params[0], out=grad_x[s:e])
+                linear_into(grad_x[s:e], g, params[0].t())
     grad_w = [w.t() if t else w for w, t in zip(grad_w, transposed)]
     if head is not None:
         grad_w.append(head_w.transpose(1, 2))
@@ -398,6 +430,7 @@ class _ChunkedMLP(torch.autograd.Function):
             n,
             ctx.streams,
             lambda start, stop: _forward_rows(plan, params, x, outs, start, stop, head, y),
+            ("forward", *_shapes(plan, head)),
         )
         ctx.plan = plan
         ctx.has_head = head is not None
@@ -424,6 +457,7 @@ class _ChunkedMLP(torch.autograd.Function):
             lambda start, stop: _backward_rows(
                 plan, params, x, outs, grad, grad_x, start, stop, head
             ),
+            ("backward", grad_x is None, *_shapes(plan, head)),
         )
         grad_w, grad_b = sums[0]
         for w, b in sums[1:]:  # in stream order: the same sum in every run
@@ -459,12 +493,13 @@ def chunked_forward(plan: Plan | None, x: torch.Tensor, head: Head) -> torch.Ten
     """The layers of ``plan`` on ``x [N, in]`` in cached row chunks (then, with ``head``, member
     m's head on its rows of the member-major batch), or None where chunking does not apply:
     no plan, a traced or exported graph, an input other than ``[N, in]`` on the CPU, or rows
-    that fit in one chunk and one stream (they gain nothing from chunking)."""
+    that fit in one chunk and one stream where the products are not oneDNN's (they gain nothing
+    from chunking; with oneDNN's products, :mod:`myriad.nn.products`, they gain those)."""
     if exporting():  # a traced or exported graph holds the plain layers (myriad.nn.tracing)
         return None
     if plan is None or x.ndim != 2 or x.device.type != "cpu":
         return None
-    if _streams(x) == 1 and x.shape[0] <= _chunk_rows(plan):
+    if _streams(x) == 1 and x.shape[0] <= _chunk_rows(plan) and onednn_kernel(x) is None:
         return None
     params = tuple(p for lin, _ in plan for p in (lin.weight, lin.bias))
     head_params = head if head is not None else ()
@@ -483,6 +518,7 @@ def chunked_forward(plan: Plan | None, x: torch.Tensor, head: Head) -> torch.Ten
         x.shape[0],
         _streams(x),
         lambda start, stop: _forward_rows(plan, params, x, outs, start, stop, head, y),
+        ("forward", *_shapes(plan, head)),
     )
     result = y if y is not None else last
     assert result is not None

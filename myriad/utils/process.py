@@ -21,6 +21,8 @@ torch. The settings depend on what runs, not on the command typed:
   one-off observations, 2026-11-28).
 - Threads: ``torch_threads`` of the run config, applied by the runner when a run starts
   (:func:`myriad.rl.runner.set_torch_threads`); torchrun sets ``OMP_NUM_THREADS=1`` per rank.
+- Matrix products: the MLPs' dense products on an x86 CPU run on oneDNN's linear kernel rather
+  than torch's BLAS (:mod:`myriad.nn.products`), unless ``MYRIAD_CPU_MATMUL=blas``.
 - Allocator: glibc's malloc keeps freed blocks up to 32 MiB for reuse instead of returning them
   to the system (:func:`myriad.utils.memory.keep_freed_memory`), so each minibatch's tensors do
   not fault fresh pages in.
@@ -52,6 +54,8 @@ class ProcessSettings:
         set_here: whether myriad set it (the environment had none, torch was not loaded yet).
         torch_loaded_first: torch (so its OpenMP runtime) was imported before myriad.
         keeps_freed_memory: glibc's malloc keeps freed memory (False on other C libraries).
+        cpu_matmul: ``"onednn"`` or ``"blas"``, the kernel of the MLPs' dense products on the
+            CPU (:mod:`myriad.nn.products`; ``MYRIAD_CPU_MATMUL``, default ``"onednn"``).
     """
 
     openmp_wait_policy: str | None
@@ -59,6 +63,7 @@ class ProcessSettings:
     set_here: bool
     torch_loaded_first: bool
     keeps_freed_memory: bool
+    cpu_matmul: str = "onednn"
 
     @property
     def openmp_threads_sleep(self) -> bool:
@@ -68,6 +73,22 @@ class ProcessSettings:
 
 
 _settings: ProcessSettings | None = None
+
+#: The values ``MYRIAD_CPU_MATMUL`` takes.
+CPU_MATMUL_KERNELS = ("onednn", "blas")
+
+
+def _cpu_matmul() -> str:
+    value = os.environ.get("MYRIAD_CPU_MATMUL", "").strip().lower() or "onednn"
+    if value not in CPU_MATMUL_KERNELS:
+        print(
+            f"myriad: MYRIAD_CPU_MATMUL={value!r} is not one of {', '.join(CPU_MATMUL_KERNELS)};"
+            " using onednn",
+            file=sys.stderr,
+        )
+        value = "onednn"
+    return value
+
 
 #: Spins of an idle OpenMP thread before it sleeps, with ``OMP_WAIT_POLICY=PASSIVE`` (whose own
 #: count is 0). Longer spins take the cores the MLP's worker streams need: a PPO iteration at
@@ -96,6 +117,7 @@ def apply_process_settings() -> ProcessSettings:
         set_here,
         torch_loaded,
         keep_freed_memory(),
+        _cpu_matmul(),
     )
     return _settings
 

@@ -1,0 +1,98 @@
+"""The dense products of myriad's MLPs on the CPU, ``x @ weight.T + bias``, through oneDNN.
+
+torch sends a float32 ``mm`` or ``addmm`` on the CPU to its BLAS library (MKL in the PyPI
+wheels). For the tall, thin products of RL networks that library can be far from the CPU's peak:
+on the 2-core benchmark CPU (an AMD EPYC with AVX-512) a ``[4096, 64] @ [64, 64]`` product took
+305-333 us with ``mm``, and 144 us with oneDNN's linear kernel, the one torch's own compiler
+uses for linear layers on the CPU (``torch.ops.mkldnn._linear_pointwise``, shipped with every
+x86 build of torch); the gradient products ``[4096, 64] @ [64, 64]`` 316 us against 139 us, and
+``[64, 4096] @ [4096, 64]`` 337 us against 259 us; a ``[4096, 64] @ [64, 2]`` head 162 us
+against 49 us. The one product where MKL was faster is the weight gradient of a layer with 4
+inputs (37 us against 47 us), which therefore keeps ``addmm`` (one-off observations,
+2026-11-28, one thread; the effect on a whole PPO iteration is measured by
+``benchmarks/rsl_rl_compare.py``).
+
+The values are those of ``addmm`` up to floating-point summation order. The products here
+record no autograd graph: they serve :mod:`myriad.nn.chunked`, whose custom backward calls them
+too, and evaluation without gradients.
+
+Where the kernel runs: float32 tensors on an x86-64 CPU, when torch's build has oneDNN, unless
+the process settings say ``MYRIAD_CPU_MATMUL=blas`` (:mod:`myriad.utils.process`). The first use
+checks the kernel against ``addmm`` on a small product; a torch whose kernel is missing, takes
+other arguments or disagrees gets ``addmm`` for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+
+import torch
+
+from myriad.utils.process import process_settings
+
+_Kernel = Callable[..., torch.Tensor]
+#: oneDNN's linear kernel once checked (None where it cannot be used); ``_checked`` says whether
+#: the check ran.
+_kernel: _Kernel | None = None
+_checked = False
+
+
+def _checked_kernel() -> _Kernel | None:
+    global _kernel, _checked
+    if not _checked:
+        _checked = True
+        _kernel = _working_kernel()
+    return _kernel
+
+
+def _working_kernel() -> _Kernel | None:
+    """oneDNN's linear kernel where the process settings and the machine allow it and it agrees
+    with ``addmm`` on a small product, else None."""
+    if (
+        process_settings().cpu_matmul != "onednn"
+        or platform.machine().lower() not in ("x86_64", "amd64")
+        or not torch.backends.mkldnn.is_available()
+    ):
+        return None
+    try:
+        kernel: _Kernel = torch.ops.mkldnn._linear_pointwise
+        gen = torch.Generator().manual_seed(0)
+        x, w, b = (torch.randn(s, generator=gen) for s in ((33, 7), (5, 7), (5,)))
+        with torch.no_grad():
+            y = kernel(x, w, b, "none", [], "")
+        agrees = torch.allclose(y, torch.addmm(b, x, w.t()), rtol=1e-5, atol=1e-5)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    return kernel if agrees else None
+
+
+def onednn_kernel(x: torch.Tensor) -> _Kernel | None:
+    """oneDNN's linear kernel where it serves ``x`` (float32 on the CPU), else None."""
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        return None
+    return _checked_kernel()
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x [n, in] @ weight.T + bias``, a new ``[n, out]`` tensor; ``weight [out, in]`` in any
+    memory layout (a transposed view included), ``bias [out]`` or None. No autograd record."""
+    kernel = onednn_kernel(x)
+    if kernel is not None:
+        return kernel(x, weight, bias, "none", [], "")
+    if bias is None:
+        return torch.mm(x, weight.t())
+    return torch.addmm(bias, x, weight.t())
+
+
+def linear_into(
+    out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """:func:`linear` written into ``out [n, out]`` (a view of a larger tensor included);
+    returns ``out``."""
+    kernel = onednn_kernel(x)
+    if kernel is not None:
+        return out.copy_(kernel(x, weight, bias, "none", [], ""))
+    if bias is None:
+        return torch.mm(x, weight.t(), out=out)
+    return torch.addmm(bias, x, weight.t(), out=out)
