@@ -217,6 +217,12 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         ]
         for metric in ("success", "return")
     }
+    # The population's best member at each evaluation: a follower can solve the task that the
+    # leader, the algorithm's answer, does not learn from its rows.
+    curve["population_success"] = [
+        (pretrained_steps + int(step) * per_iteration, float(value))
+        for step, value in history.get("eval/population_success", [])
+    ]
     final = summary.get("final_eval") or {}
     success = [v for _, v in curve["success"]]
     returns = [v for _, v in curve["return"]]
@@ -240,6 +246,7 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         "curve": curve,
         "final_success": float(final.get("eval/leader_success", success[-1] if success else 0.0)),
         "final_return": float(final.get("eval/leader_return", 0.0)),
+        "final_population_success": float(final.get("eval/population_success", 0.0)),
         "auc_success": float(np.mean(success)) if success else 0.0,
         "auc_return": float(np.mean(returns)) if returns else 0.0,
         "steps_to_half": reached[0] if reached else budget,
