@@ -106,6 +106,7 @@ def test_chunked_mlp_on_onednn_matches_the_plain_float32_evaluation(
     # 64-row chunks; 1,000 rows take several chunks per stream, 40 rows one chunk.
     monkeypatch.setattr(chunking, "CHUNK_BYTES", 64 * 4 * 64)
     monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
+    monkeypatch.setattr(chunking, "ONE_CHUNK_MIN_ROWS", 32)
     policy = "PASSIVE" if streams == 2 else None
     settings = dataclasses.replace(process_settings(), openmp_wait_policy=policy)
     monkeypatch.setattr(chunking, "_settings", settings)
@@ -143,6 +144,10 @@ def _check_chunked_mlp_on_onednn(monkeypatch: pytest.MonkeyPatch, rows: int) -> 
     # The same numbers on every run.
     again = torch.autograd.grad(chunked(x), [x, *chunked.parameters()], upstream)
     assert all(torch.equal(a, b) for a, b in zip(got, again))
+    # Fewer rows than ONE_CHUNK_MIN_ROWS in one chunk: torch's layers, the very same numbers.
+    seen.clear()
+    small = x[:20].detach()
+    assert torch.equal(chunked(small), plain(small)) and not seen
 
 
 @pytest.mark.parametrize(

@@ -202,6 +202,15 @@ def _in_streams(
     return [f.result() for f in futures]
 
 
+#: The fewest rows of a batch that fits in one chunk and one stream worth the chunked path with
+#: oneDNN's products (:mod:`myriad.nn.products`); fewer run layer by layer. A 6-64-64-2 ELU MLP
+#: over 1,024 rows took 235 us chunked against 225 us layer by layer without gradients and 605 us
+#: against 626 us forward and backward; over 256 rows 105 us against 68 us and 352 us against
+#: 217 us; over 4,096 rows 731 us against 853 us and 1,617 us against 2,423 us (one thread,
+#: one-off observations, 2026-11-28).
+ONE_CHUNK_MIN_ROWS = 2048
+
+
 #: Layers at least this wide at the input add their bias after the product (see
 #: :func:`_forward_chunk`).
 BIAS_AFTER_PRODUCT_MIN_IN = 32
@@ -493,13 +502,15 @@ def chunked_forward(plan: Plan | None, x: torch.Tensor, head: Head) -> torch.Ten
     """The layers of ``plan`` on ``x [N, in]`` in cached row chunks (then, with ``head``, member
     m's head on its rows of the member-major batch), or None where chunking does not apply:
     no plan, a traced or exported graph, an input other than ``[N, in]`` on the CPU, or rows
-    that fit in one chunk and one stream where the products are not oneDNN's (they gain nothing
-    from chunking; with oneDNN's products, :mod:`myriad.nn.products`, they gain those)."""
+    that fit in one chunk and one stream (they gain nothing from chunking), unless oneDNN's
+    products serve them and there are at least :data:`ONE_CHUNK_MIN_ROWS` (they gain those
+    products, :mod:`myriad.nn.products`)."""
     if exporting():  # a traced or exported graph holds the plain layers (myriad.nn.tracing)
         return None
     if plan is None or x.ndim != 2 or x.device.type != "cpu":
         return None
-    if _streams(x) == 1 and x.shape[0] <= _chunk_rows(plan) and onednn_kernel(x) is None:
+    one_chunk = _streams(x) == 1 and x.shape[0] <= _chunk_rows(plan)
+    if one_chunk and (x.shape[0] < ONE_CHUNK_MIN_ROWS or onednn_kernel(x) is None):
         return None
     params = tuple(p for lin, _ in plan for p in (lin.weight, lin.bias))
     head_params = head if head is not None else ()
