@@ -15,8 +15,12 @@ and the final report are left out) and the figures that show the two learned ali
 entropy and coverage for pretraining, the last episode return for finetuning; the products
 differ in floating-point summation order, so the runs are not bit-identical), and the load
 average. The JSON gives, per job, the median wall time of each variant and their ratio.
+Beside the timed runs, the default pretraining job runs once per variant for each of
+``--quality-seeds`` (seed 0 is the timed runs'): its final collective entropy and coverage per
+seed, to tell a change of behaviour from the spread between seeds.
 
     python benchmarks/cpu_matmul.py [--rounds 2] [--jobs pretrain finetune-ppo ...]
+        [--quality-seeds 1 2 3]
 
 Writes ``benchmarks/results/cpu_matmul.json``.
 """
@@ -57,10 +61,11 @@ KEPT = (
 )
 
 
-def run(job: str, variant: str, folder: Path) -> dict[str, Any]:
-    """One run of ``job`` as the ``myriad`` command; its summary's figures."""
+def run(job: str, variant: str, folder: Path, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One run of ``job`` as the ``myriad`` command (with ``extra`` overrides); its summary's
+    figures."""
     env = {**os.environ, "MYRIAD_CPU_MATMUL": variant}
-    command = JOBS[job]
+    command = [*JOBS[job], *extra]
     argv = [sys.executable, "-m", "myriad", *command[:1], "--run-dir", str(folder), *command[1:]]
     done = subprocess.run(argv, env=env, capture_output=True, text=True)
     if done.returncode:
@@ -78,6 +83,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--quality-seeds", type=int, nargs="*", default=[1, 2, 3])
     parser.add_argument("--out", default=str(RESULTS / "cpu_matmul.json"))
     args = parser.parse_args()
 
@@ -85,6 +91,7 @@ def main() -> int:
     from myriad.bench.common import machine_info, write_json
 
     runs: list[dict[str, Any]] = []
+    quality: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for job in args.jobs:
             for r in range(args.rounds):
@@ -94,6 +101,13 @@ def main() -> int:
                     record |= run(job, variant, folder)
                     runs.append(record)
                     print(record, flush=True)
+        for seed in args.quality_seeds:
+            for variant in VARIANTS:
+                folder = Path(tmp) / f"quality-{variant}-{seed}"
+                record = {"job": "pretrain", "variant": variant, "seed": seed, "timed": False}
+                record |= run("pretrain", variant, folder, (f"seed={seed}",))
+                quality.append(record)
+                print(record, flush=True)
     summary: dict[str, Any] = {}
     for job in args.jobs:
         walls = {
@@ -111,6 +125,15 @@ def main() -> int:
             f" {summary[job]['speed_up']:.2f}x",
             flush=True,
         )
+    if "pretrain" in args.jobs:
+        seed0 = [{**x, "seed": 0} for x in runs if x["job"] == "pretrain" and x["round"] == 0]
+        summary["pretrain"]["per_seed"] = {
+            v: {
+                key: [x[key] for x in [*seed0, *quality] if x["variant"] == v]
+                for key in ("seed", "eval_entropy_collective", "eval_coverage_union")
+            }
+            for v in VARIANTS
+        }
     write_json(
         args.out,
         {
@@ -119,6 +142,7 @@ def main() -> int:
             "jobs": {job: JOBS[job] for job in args.jobs},
             "summary": summary,
             "runs": runs,
+            "quality_runs": quality,
         },
     )
     print(f"written {args.out}")

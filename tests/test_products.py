@@ -174,42 +174,56 @@ def test_the_kernel_is_a_process_setting(value: str | None, expected: str, messa
     assert done.stderr.strip() == (f"myriad: {message}" if message else "")
 
 
-def test_two_streams_meet_a_new_shape_one_after_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
-    # oneDNN builds a kernel for each new shape; two threads building one at once gave values
-    # that later calls did not reproduce. The first call of a shape runs its streams in turn.
-    monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 64)
-    monkeypatch.setattr(chunking, "MIN_STREAM_ROWS", 16)
-    settings = dataclasses.replace(process_settings(), openmp_wait_policy="PASSIVE")
-    monkeypatch.setattr(chunking, "_settings", settings)
-    monkeypatch.setattr(chunking, "_SEEN_STREAM_WORK", set())
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    events: list[tuple[str, int]] = []
-    both_started = threading.Barrier(2, timeout=10)
-    forward_rows = chunking._forward_rows
-    overlap = {"on": False}
+def test_streams_meeting_the_first_product_both_get_the_checked_kernel(
+    kernel_choice: Choose, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stream that asked while the other stream's check was under way once got None and
+    # computed its rows with addmm: the first call's values were not those of later calls.
+    kernel_choice("onednn")
+    entered, release = threading.Event(), threading.Event()
+    sentinel = torch.mm
 
-    def spy(*args):  # type: ignore[no-untyped-def]
-        events.append(("begin", args[4]))
-        if overlap["on"]:
-            both_started.wait()  # only returns when the other stream runs at the same time
-        forward_rows(*args)
-        events.append(("end", args[4]))
+    def slow_check():  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(10)
+        return sentinel
 
-    monkeypatch.setattr(chunking, "_forward_rows", spy)
-    chunked, _ = _float32_mlp_pair()
-    x = torch.randn(64, 4)
-    try:
-        with torch.no_grad():
-            first = chunked(x)
-            assert events == [("begin", 0), ("end", 0), ("begin", 32), ("end", 32)]
-            overlap["on"] = True
-            events.clear()
-            assert torch.equal(chunked(x), first)  # the streams now run at once
-            assert sorted(events[:2]) == [("begin", 0), ("begin", 32)]
-            overlap["on"] = False
-            events.clear()
-            chunked(torch.randn(96, 4))  # a new row count: in turn again
-            assert events == [("begin", 0), ("end", 0), ("begin", 48), ("end", 48)]
-    finally:
-        torch.set_num_threads(before)
+    monkeypatch.setattr(products, "_working_kernel", slow_check)
+    got: dict[str, object] = {}
+    first = threading.Thread(target=lambda: got.update(a=products._checked_kernel()))
+    second = threading.Thread(target=lambda: got.update(b=products._checked_kernel()))
+    first.start()
+    assert entered.wait(10)
+    second.start()
+    second.join(0.2)  # it waits for the check rather than answer without it
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert got == {"a": sentinel, "b": sentinel}
+
+
+@pytest.mark.parametrize(("members", "rows_per_member"), [(1, 40), (3, 13), (2, 40)])
+def test_member_heads_on_onednn_match_the_mlp_then_baddbmm(
+    kernel_choice: Choose, monkeypatch: pytest.MonkeyPatch, members: int, rows_per_member: int
+) -> None:
+    kernel_choice("onednn")
+    monkeypatch.setattr(chunking, "CHUNK_BYTES", 16 * 4 * 64)  # 16-row chunks
+    monkeypatch.setattr(chunking, "ONE_CHUNK_MIN_ROWS", 1)
+    torch.manual_seed(members)
+    layers = [Linear(4, 64), torch.nn.ELU(), Linear(64, 64), torch.nn.ELU()]
+    trunk, plain = MLP(*layers), torch.nn.Sequential(*layers)
+    gen = torch.Generator().manual_seed(members)
+    n = members * rows_per_member
+    x = torch.randn(n, 4, generator=gen, requires_grad=True)
+    weight = torch.randn(members, 64, 3, generator=gen, requires_grad=True)
+    bias = torch.randn(members, 3, generator=gen, requires_grad=True)
+    y = trunk.forward_member_heads(x, weight, bias)
+    h = plain(x).view(members, rows_per_member, -1)
+    expected = torch.baddbmm(bias.unsqueeze(1), h, weight).reshape(n, 3)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+    upstream = torch.randn(y.shape, generator=gen)
+    inputs = [x, weight, bias]
+    got = torch.autograd.grad(y, [*inputs, *trunk.parameters()], upstream)
+    want = torch.autograd.grad(expected, [*inputs, *plain.parameters()], upstream)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

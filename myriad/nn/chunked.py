@@ -86,12 +86,6 @@ Plan = tuple[tuple[nn.Linear, nn.Module | None], ...]
 Head = tuple[torch.Tensor, torch.Tensor] | None
 
 
-def _shapes(plan: Plan, head: Head) -> tuple[object, ...]:
-    """The widths of ``plan``'s layers and of ``head``'s weight ``[M, in, out]``."""
-    widths = tuple((lin.in_features, lin.out_features) for lin, _ in plan)
-    return widths, None if head is None else tuple(head[0].shape)
-
-
 def _chunk_rows(plan: Plan) -> int:
     width = max(max(lin.in_features, lin.out_features) for lin, _ in plan)
     return max(16, CHUNK_BYTES // (4 * width))
@@ -163,26 +157,12 @@ def _streams(x: torch.Tensor) -> int:
     return max(1, min(torch.get_num_threads(), x.shape[0] // MIN_STREAM_ROWS))
 
 
-#: The (work, rows, streams) for which :func:`_in_streams` has run once, one stream after the
-#: other.
-_SEEN_STREAM_WORK: set[tuple[object, ...]] = set()
-os.register_at_fork(after_in_child=_SEEN_STREAM_WORK.clear)
-
-
-def _in_streams(
-    n: int, streams: int, work: Callable[[int, int], R], key: tuple[object, ...]
-) -> list[R]:
+def _in_streams(n: int, streams: int, work: Callable[[int, int], R]) -> list[R]:
     """``work(start, stop)`` for ``streams`` contiguous near-equal row ranges of ``[0, n)``,
     on the worker threads when there are several; results in range order.
 
     ``work`` records no autograd graph (it runs inside a custom Function or without
     gradients), and runs in the caller's inference mode: both modes belong to a thread.
-    ``key`` names the work's shapes (the plan's widths, forward or backward): the first time a
-    key meets a row count, the streams run one after the other. oneDNN builds a kernel the first
-    time it meets a shape, and two threads that met a new shape at once got values a few units
-    in the last place apart from every later call in about a third of fresh processes
-    (:mod:`myriad.nn.products`; one-off observation, 2026-11-28); built one at a time, every
-    call gives the same values.
     """
     if streams == 1:
         return [work(0, n)]
@@ -194,10 +174,6 @@ def _in_streams(
 
     bounds = [n * k // streams for k in range(streams + 1)]
     pool = _workers(streams)
-    first = (*key, n, streams)
-    if first not in _SEEN_STREAM_WORK:
-        _SEEN_STREAM_WORK.add(first)
-        return [pool.submit(run, bounds[k], bounds[k + 1]).result() for k in range(streams)]
     futures = [pool.submit(run, bounds[k], bounds[k + 1]) for k in range(streams)]
     return [f.result() for f in futures]
 
@@ -296,7 +272,8 @@ def _head_backward(
     if m1 - m0 == 1:
         grad_w[m0].addmm_(grad_y.t(), h)
         grad_b[m0] += grad_y.sum(dim=0)
-        linear_into(grad_h, grad_y, weight[m0])
+        # torch's product writes into grad_h; oneDNN's, with the copy into it, was slower here.
+        torch.mm(grad_y, weight[m0].t(), out=grad_h)
         return
     k = m1 - m0
     g3, h3 = grad_y.view(k, -1, grad_y.shape[1]), h.view(k, -1, h.shape[1])
@@ -439,7 +416,6 @@ class _ChunkedMLP(torch.autograd.Function):
             n,
             ctx.streams,
             lambda start, stop: _forward_rows(plan, params, x, outs, start, stop, head, y),
-            ("forward", *_shapes(plan, head)),
         )
         ctx.plan = plan
         ctx.has_head = head is not None
@@ -466,7 +442,6 @@ class _ChunkedMLP(torch.autograd.Function):
             lambda start, stop: _backward_rows(
                 plan, params, x, outs, grad, grad_x, start, stop, head
             ),
-            ("backward", grad_x is None, *_shapes(plan, head)),
         )
         grad_w, grad_b = sums[0]
         for w, b in sums[1:]:  # in stream order: the same sum in every run
@@ -529,7 +504,6 @@ def chunked_forward(plan: Plan | None, x: torch.Tensor, head: Head) -> torch.Ten
         x.shape[0],
         _streams(x),
         lambda start, stop: _forward_rows(plan, params, x, outs, start, stop, head, y),
-        ("forward", *_shapes(plan, head)),
     )
     result = y if y is not None else last
     assert result is not None
