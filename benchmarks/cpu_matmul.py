@@ -79,6 +79,34 @@ def run(job: str, variant: str, folder: Path, extra: tuple[str, ...] = ()) -> di
     return out
 
 
+def summarize(
+    jobs: list[str], runs: list[dict[str, Any]], quality: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Per job: each variant's median training wall time over its timed ``runs`` and the
+    speed-up (MKL's time over oneDNN's); for ``pretrain``, beside them, the final collective
+    entropy and coverage per seed and variant (seed 0 from the first round of the timed runs,
+    the others from ``quality``)."""
+    summary: dict[str, Any] = {}
+    for job in jobs:
+        walls = {
+            v: statistics.median(
+                x["wall_time_s"] for x in runs if (x["job"], x["variant"]) == (job, v)
+            )
+            for v in VARIANTS
+        }
+        summary[job] = {"wall_time_s": walls, "speed_up": walls["blas"] / walls["onednn"]}
+    if "pretrain" in jobs:
+        seed0 = [{**x, "seed": 0} for x in runs if x["job"] == "pretrain" and x["round"] == 0]
+        summary["pretrain"]["per_seed"] = {
+            v: {
+                key: [x[key] for x in [*seed0, *quality] if x["variant"] == v]
+                for key in ("seed", "eval_entropy_collective", "eval_coverage_union")
+            }
+            for v in VARIANTS
+        }
+    return summary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
@@ -108,32 +136,14 @@ def main() -> int:
                 record |= run("pretrain", variant, folder, (f"seed={seed}",))
                 quality.append(record)
                 print(record, flush=True)
-    summary: dict[str, Any] = {}
+    summary = summarize(args.jobs, runs, quality)
     for job in args.jobs:
-        walls = {
-            v: statistics.median(
-                x["wall_time_s"] for x in runs if (x["job"], x["variant"]) == (job, v)
-            )
-            for v in VARIANTS
-        }
-        summary[job] = {
-            "wall_time_s": walls,
-            "speed_up": walls["blas"] / walls["onednn"],
-        }
+        walls = summary[job]["wall_time_s"]
         print(
             f"{job:14s} oneDNN {walls['onednn']:.1f} s, MKL {walls['blas']:.1f} s:"
             f" {summary[job]['speed_up']:.2f}x",
             flush=True,
         )
-    if "pretrain" in args.jobs:
-        seed0 = [{**x, "seed": 0} for x in runs if x["job"] == "pretrain" and x["round"] == 0]
-        summary["pretrain"]["per_seed"] = {
-            v: {
-                key: [x[key] for x in [*seed0, *quality] if x["variant"] == v]
-                for key in ("seed", "eval_entropy_collective", "eval_coverage_union")
-            }
-            for v in VARIANTS
-        }
     write_json(
         args.out,
         {
