@@ -1,0 +1,190 @@
+"""benchmarks/cpo_regime.py: a run's record says what the run did (its budget, its curve against
+env steps, the figures read from the curve), a finished run is skipped, and the aggregates the docs
+quote (IQM and mean over seeds) match an independent computation, for hand-made records and for
+every committed summary."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("cpo_regime", ROOT / "benchmarks" / "cpo_regime.py")
+assert spec is not None and spec.loader is not None
+cpo_regime = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cpo_regime)
+
+RESULTS = ROOT / "benchmarks" / "results" / "cpo_regime"
+METRICS = ("final_success", "auc_success", "steps_to_half", "final_return", "auc_return")
+
+
+def _iqm(values: list[float]) -> float:
+    """The interquartile mean as rliable defines it: the mean of the middle 50% of the runs."""
+    return float(stats.trim_mean(np.asarray(values, dtype=float), 0.25))
+
+
+def test_budget_counts_pretraining_and_seeds_parse() -> None:
+    args = argparse.Namespace(
+        blocks=6, envs_per_block=4096, horizon=16, env_steps=5e7, init_from=None, task="maze-far"
+    )
+    # 5x10^7 env steps at 6 x 4,096 envs x 16 steps per iteration: 127 iterations.
+    assert cpo_regime.iterations(args) == 127
+    # Pretraining's 10^7 env steps come out of the same budget.
+    assert cpo_regime.iterations(args, pretrained_steps=10_000_000) == 102
+    assert cpo_regime.tag(args) == "maze-far-b6x4096"
+    args.init_from = "runs/pre-seed{seed}"
+    assert cpo_regime.tag(args) == "maze-far-b6x4096-kmyriad"
+    assert cpo_regime.seeds("0-4") == [0, 1, 2, 3, 4]
+    assert cpo_regime.seeds("1,3") == [1, 3]
+    assert cpo_regime.score_of("halfcheetah") == "return"
+    assert cpo_regime.score_of("three-routes") == "success"
+
+
+@pytest.mark.slow
+def test_a_small_run_records_its_curve_and_is_skipped_when_finished(tmp_path: Path) -> None:
+    argv = [
+        "run",
+        "--task",
+        "maze-far",
+        "--algos",
+        "ppo,sapg",
+        "--seeds",
+        "0",
+        "--blocks",
+        "2",
+        "--envs-per-block",
+        "16",
+        "--horizon",
+        "8",
+        "--env-steps",
+        "1024",
+        "--eval-every",
+        "2",
+        "--eval-episodes",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--workdir",
+        str(tmp_path / "runs"),
+        "--results",
+        str(tmp_path / "results"),
+    ]
+    assert cpo_regime.main(argv) == 0
+    folder = tmp_path / "results" / "maze-far-b2x16"
+    for algo in ("ppo", "sapg"):
+        record = json.loads((folder / f"{algo}-seed0.json").read_text())
+        # 1,024 env steps at 2 x 16 envs x 8 steps: 4 iterations of 256 env steps.
+        assert record["env_steps"] == 1024
+        assert record["num_envs"] == 32
+        steps = [s for s, _ in record["curve"]["success"]]
+        assert steps, "the run was evaluated"
+        assert all(s % 256 == 0 and 0 < s <= 1024 for s in steps)
+        assert steps == sorted(steps)
+        success = [v for _, v in record["curve"]["success"]]
+        assert record["auc_success"] == pytest.approx(np.mean(success))
+        reached = [s for s, v in record["curve"]["success"] if v >= 0.5]
+        assert record["steps_to_half"] == (reached[0] if reached else 1024)
+        assert 0.0 <= record["final_success"] <= 1.0
+        assert record["seed"] == 0 and record["algo"] == algo
+        assert "seed=0" in record["overrides"]
+    # PPO gets every env in one block; SAPG splits them into its members' blocks.
+    ppo = json.loads((folder / "ppo-seed0.json").read_text())["overrides"]
+    sapg = json.loads((folder / "sapg-seed0.json").read_text())["overrides"]
+    assert "population.size=1" in ppo and "population.size=2" in sapg
+    written = {p: p.stat().st_mtime_ns for p in folder.glob("*.json")}
+    assert cpo_regime.main(argv) == 0  # both runs are finished: nothing is retrained
+    assert {p: p.stat().st_mtime_ns for p in folder.glob("*.json")} == written
+    summary = cpo_regime.summarize(folder, reps=50)
+    assert summary["runs"] == {"ppo": [0], "sapg": [0]}
+    assert (tmp_path / "results" / "maze-far-b2x16.png").stat().st_size > 0
+
+
+def _record(algo: str, seed: int, final: float, curve: list[float]) -> dict:
+    steps = [(i + 1) * 100 for i in range(len(curve))]
+    reached = [s for s, v in zip(steps, curve) if v >= 0.5]
+    return {
+        "algo": algo,
+        "seed": seed,
+        "task": "three-routes",
+        "env_steps": 400,
+        "num_envs": 24,
+        "commit": "abc",
+        "curve": {"success": list(zip(steps, curve)), "return": list(zip(steps, curve))},
+        "final_success": final,
+        "final_return": final,
+        "auc_success": float(np.mean(curve)),
+        "steps_to_half": reached[0] if reached else 400,
+    }
+
+
+def test_summary_of_hand_made_runs(tmp_path: Path) -> None:
+    folder = tmp_path / "three-routes-b6x4"
+    folder.mkdir()
+    finals = [0.0, 1.0, 0.25, 0.75, 0.5]
+    for seed, final in enumerate(finals):
+        curve = [0.0, 0.0, final, final]
+        (folder / f"sapg-seed{seed}.json").write_text(
+            json.dumps(_record("sapg", seed, final, curve))
+        )
+    (folder / "ppo-seed0.json").write_text(json.dumps(_record("ppo", 0, 0.0, [0.0] * 4)))
+    summary = cpo_regime.summarize(folder, reps=200)
+    sapg = summary["final_success"]["sapg"]
+    # Of 0, 0.25, 0.5, 0.75, 1 the middle half is 0.25, 0.5, 0.75 (by hand): IQM 0.5.
+    assert sapg["iqm"] == pytest.approx(0.5)
+    assert sapg["mean"] == pytest.approx(0.5)
+    assert sorted(sapg["values"]) == sorted(finals)
+    assert sapg["iqm_ci95"][0] <= 0.5 <= sapg["iqm_ci95"][1]
+    # Area under each curve: half the final; steps to 50%: the third evaluation, or the budget.
+    assert summary["auc_success"]["sapg"]["mean"] == pytest.approx(0.25)
+    assert sorted(summary["steps_to_half"]["sapg"]["values"]) == [300, 300, 300, 400, 400]
+    # Runs written before the record held the area under the return curve get it from the curve.
+    assert summary["auc_return"]["sapg"]["mean"] == pytest.approx(0.25)
+    assert summary["runs"] == {"ppo": [0], "sapg": [0, 1, 2, 3, 4]}
+    assert summary["final_success"]["ppo"]["iqm"] == 0.0
+    assert (tmp_path / "three-routes-b6x4.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="no finished runs"):
+        cpo_regime.summarize(tmp_path / "empty", reps=10)
+
+
+def _committed() -> list[Path]:
+    return sorted(p for p in RESULTS.glob("*.json") if p.with_suffix("").is_dir())
+
+
+@pytest.mark.parametrize("summary_path", _committed(), ids=lambda p: p.stem)
+def test_committed_summaries_match_their_runs(summary_path: Path) -> None:
+    """Each committed summary aggregates exactly the run records beside it, and its IQMs and
+    means are those of the records' figures."""
+    summary = json.loads(summary_path.read_text())
+    records = [json.loads(p.read_text()) for p in summary_path.with_suffix("").glob("*-seed*.json")]
+    runs: dict[str, list[int]] = {}
+    for r in records:
+        runs.setdefault(r["algo"], []).append(r["seed"])
+    assert {a: sorted(s) for a, s in runs.items()} == summary["runs"], (
+        f"{summary_path.name} is older than its folder: run `python benchmarks/cpo_regime.py "
+        f"summarize {summary_path.with_suffix('')}`"
+    )
+    for metric in METRICS:
+        for algo in runs:
+            values = [cpo_regime._metric(r, metric) for r in records if r["algo"] == algo]
+            entry = summary[metric][algo]
+            assert sorted(entry["values"]) == pytest.approx(sorted(values))
+            assert entry["iqm"] == pytest.approx(_iqm(values), rel=1e-9, abs=1e-9)
+            assert entry["mean"] == pytest.approx(np.mean(values), rel=1e-9, abs=1e-9)
+            lo, hi = entry["iqm_ci95"]
+            assert min(values) - 1e-9 <= lo <= entry["iqm"] + 1e-9
+            assert entry["iqm"] - 1e-9 <= hi <= max(values) + 1e-9
+
+
+def test_every_committed_run_folder_has_its_summary() -> None:
+    folders = [p for p in RESULTS.iterdir() if p.is_dir()]
+    assert folders
+    missing = [p.name for p in folders if not p.with_suffix(".json").exists()]
+    assert not missing, f"summarize these folders: {missing}"
+    assert all(os.listdir(p) for p in folders)
