@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from seed_statistics import iqm_and_mean
 
-from myriad.bench.common import write_json
+from myriad.bench.common import code_commit, write_json
 from myriad.finetune.api import finetune
 from myriad.pretrain.api import pretrain
 from myriad.utils.checkpoint import load_checkpoint
@@ -88,15 +87,6 @@ def seeds(text: str) -> list[int]:
         lo, hi = text.split("-")
         return list(range(int(lo), int(hi) + 1))
     return [int(s) for s in text.split(",")]
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def run_overrides(
@@ -242,7 +232,7 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         "pretrained_env_steps": pretrained_steps,
         "init": str(init) if init else None,
         "overrides": overrides,
-        "commit": commit(),
+        "commit": code_commit() or "unknown",
         "curve": curve,
         "final_success": float(final.get("eval/leader_success", success[-1] if success else 0.0)),
         "final_return": float(final.get("eval/leader_return", 0.0)),

@@ -517,6 +517,7 @@ def train(
 
 
 def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
+    from myriad.bench.common import code_commit
     from myriad.datasets import load
 
     torch.set_num_threads(1)
@@ -568,6 +569,7 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
         # CPU time of training and evaluation (one thread): the cost that budgets are set from.
         "train_cpu_s": time.process_time() - c1,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "commit": code_commit(),
     }
 
 

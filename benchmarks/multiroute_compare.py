@@ -33,7 +33,6 @@ import argparse
 import json
 import platform
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ import numpy as np
 import torch
 from seed_statistics import iqm_and_mean, iqm_bars
 
-from myriad.bench.common import write_json
+from myriad.bench.common import code_commit, write_json
 from myriad.utils.checkpoint import library_versions
 
 #: name -> (algorithm, extra overrides)
@@ -302,23 +301,6 @@ def pretraining_records(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-def _commit() -> str | None:
-    """The git commit of the ``myriad`` package that ran (None outside a git checkout)."""
-    import myriad
-
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(myriad.__file__).parent,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip()
-
-
 def result_payload(
     runs: list[dict[str, Any]],
     args: argparse.Namespace,
@@ -338,7 +320,7 @@ def result_payload(
             "device": "cpu",
             "versions": library_versions(),
         },
-        "code": _commit(),
+        "code": code_commit(),
         "settings": {
             "env": "nav-three-routes (env=three_routes), task=sparse",
             "variants": {k: VARIANTS[k] for k in args.variants},

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,22 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
+
+
+def code_commit() -> str | None:
+    """The git commit of the ``myriad`` package that ran (None outside a git checkout), so that a
+    result can be traced to the code that produced it."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip()
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
