@@ -21,7 +21,8 @@ Each finished run writes ``<results>/<tag>/<algo>-seed<k>.json`` (its learning c
 steps, final scores, wall time, the commit and the overrides it ran with); ``summarize`` writes
 ``<tag>.json`` and ``<tag>.png`` beside the folder: per algorithm the IQM and mean of the final
 success rate, of the area under the success curve (sample efficiency) and of the env steps to 50%
-success, with 95% stratified bootstrap CIs.
+success, with 95% stratified bootstrap CIs, and the IQM learning curve against env steps with its
+interval (``curve_iqm``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seed_statistics import iqm_and_mean
+from seed_statistics import iqm_and_mean, iqm_curve
 
 from myriad.bench.common import code_commit, write_json
 from myriad.finetune.api import finetune
@@ -263,6 +264,20 @@ def _metric(record: dict[str, Any], metric: str) -> float:
     return float(record[metric])
 
 
+def _curve_iqm(curves: list[list[tuple[int, float]]], reps: int) -> dict[str, list[float]]:
+    """The IQM learning curve over runs (each a list of ``(env steps, score)``), on the points
+    all runs reached, with its 95% bootstrap interval."""
+    n = min(len(c) for c in curves)
+    values = np.array([[v for _, v in c[:n]] for c in curves], dtype=float)  # [runs, n]
+    iqm, low, high = iqm_curve(values, reps)
+    return {
+        "env_steps": [float(s) for s, _ in curves[0][:n]],
+        "iqm": iqm.tolist(),
+        "ci95_low": low.tolist(),
+        "ci95_high": high.tolist(),
+    }
+
+
 def summarize(folder: Path, reps: int) -> dict[str, Any]:
     records = [json.loads(p.read_text()) for p in sorted(folder.glob("*-seed*.json"))]
     if not records:
@@ -286,6 +301,7 @@ def summarize(folder: Path, reps: int) -> dict[str, Any]:
     out["curves"] = {
         a: [r["curve"][out["score"]] for r in records if r["algo"] == a] for a in algos
     }
+    out["curve_iqm"] = {a: _curve_iqm(c, reps) for a, c in out["curves"].items() if c and c[0]}
     path = write_json(folder.with_suffix(".json"), out)
     plot(out, folder.with_suffix(".png"))
     print(f"wrote {path}")
@@ -299,16 +315,12 @@ def plot(summary: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(11, 4))
-    for algo, curves in summary["curves"].items():
-        if not curves or not curves[0]:
-            continue
-        steps = np.array([s for s, _ in curves[0]], dtype=float)
-        n = min(len(c) for c in curves)
-        values = np.array([[v for _, v in c[:n]] for c in curves])
-        ax.plot(steps[:n], values.mean(axis=0), label=f"{algo} ({len(curves)} seeds)")
-        ax.fill_between(steps[:n], values.min(axis=0), values.max(axis=0), alpha=0.2)
+    for algo, curve in summary["curve_iqm"].items():
+        runs = len(summary["curves"][algo])
+        ax.plot(curve["env_steps"], curve["iqm"], label=f"{algo} ({runs} seeds)")
+        ax.fill_between(curve["env_steps"], curve["ci95_low"], curve["ci95_high"], alpha=0.2)
     ax.set_xlabel("env steps")
-    ax.set_ylabel(f"leader {summary['score']} (deterministic)")
+    ax.set_ylabel(f"leader {summary['score']} (deterministic), IQM and 95% CI")
     ax.legend()
     final = summary[f"final_{summary['score']}"]
     names = list(final)

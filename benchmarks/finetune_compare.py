@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from seed_statistics import iqm_and_mean, iqm_bars
+from seed_statistics import iqm_and_mean, iqm_bars, iqm_curve
 
 from myriad.bench.common import write_json
 from myriad.finetune.api import resolve_config
@@ -234,8 +234,6 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any], reps: in
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from rliable import library as rly
-    from rliable import metrics
 
     fig, axes = plt.subplots(1, 4, figsize=(21, 4.6))
     colors = {"ppo": "tab:gray", "sapg": "tab:blue", "cpo": "tab:red", "pbt": "tab:green"}
@@ -247,16 +245,11 @@ def figure(path: Path, runs: list[dict[str, Any]], agg: dict[str, Any], reps: in
                 continue
             steps = np.array([s for s, _ in group[0]["curve"]])
             values = np.array([[v for _, v in r["curve"]] for r in group])  # [seeds, points]
-            scores = {"x": values}
-            point, ci = rly.get_interval_estimates(
-                scores,
-                lambda x: np.array([metrics.aggregate_iqm(x[:, [j]]) for j in range(x.shape[1])]),
-                reps=reps,
-            )
+            iqm, low, high = iqm_curve(values, reps)
             style = "-" if init else ":"
             label = f"{algo}{' + K-Myriad init' if init else ' (scratch)'}"
-            ax.plot(steps, point["x"], style, color=colors[algo], label=label, linewidth=1.4)
-            ax.fill_between(steps, ci["x"][0], ci["x"][1], color=colors[algo], alpha=0.12)
+            ax.plot(steps, iqm, style, color=colors[algo], label=label, linewidth=1.4)
+            ax.fill_between(steps, low, high, color=colors[algo], alpha=0.12)
     ax.set_xlabel("env steps")
     metric = runs[0].get("metric", "success")
     final_key, _ = metric_keys(metric)

@@ -31,6 +31,21 @@ def iqm_and_mean(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict[str
     }
 
 
+def iqm_curve(values: np.ndarray, reps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A learning curve over seeds: at each of the ``T`` points of ``values [runs, T]``, the IQM
+    over the runs and its 95% stratified bootstrap interval from ``reps`` resamples (``rliable``;
+    a resample draws whole runs, so a point's interval is that of its runs). Returns ``iqm [T]``,
+    ``low [T]``, ``high [T]``."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    def per_point(x: np.ndarray) -> np.ndarray:
+        return np.array([metrics.aggregate_iqm(x[:, [j]]) for j in range(x.shape[1])])
+
+    point, interval = rly.get_interval_estimates({"x": values}, per_point, reps=reps)
+    return point["x"], interval["x"][0], interval["x"][1]
+
+
 def iqm_bars(
     table: dict[str, dict[str, Any]],
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

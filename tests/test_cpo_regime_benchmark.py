@@ -148,6 +148,14 @@ def test_summary_of_hand_made_runs(tmp_path: Path) -> None:
     assert summary["auc_return"]["sapg"]["mean"] == pytest.approx(0.25)
     assert summary["runs"] == {"ppo": [0], "sapg": [0, 1, 2, 3, 4]}
     assert summary["final_success"]["ppo"]["iqm"] == 0.0
+    # The IQM curve: every run is 0 at the first two evaluations, then at its final value.
+    curve = summary["curve_iqm"]["sapg"]
+    assert curve["env_steps"] == [100, 200, 300, 400]
+    assert curve["iqm"] == pytest.approx([0.0, 0.0, 0.5, 0.5])
+    assert all(
+        lo <= m <= hi for lo, m, hi in zip(curve["ci95_low"], curve["iqm"], curve["ci95_high"])
+    )
+    assert curve["ci95_low"][2] < 0.5 < curve["ci95_high"][2]
     assert (tmp_path / "three-routes-b6x4.png").stat().st_size > 0
     with pytest.raises(SystemExit, match="no finished runs"):
         cpo_regime.summarize(tmp_path / "empty", reps=10)
@@ -180,6 +188,13 @@ def test_committed_summaries_match_their_runs(summary_path: Path) -> None:
             lo, hi = entry["iqm_ci95"]
             assert min(values) - 1e-9 <= lo <= entry["iqm"] + 1e-9
             assert entry["iqm"] - 1e-9 <= hi <= max(values) + 1e-9
+    score = summary["score"]
+    for algo, curve in summary["curve_iqm"].items():
+        curves = [r["curve"][score] for r in records if r["algo"] == algo]
+        n = len(curve["iqm"])
+        assert n == min(len(c) for c in curves)
+        for j in range(n):
+            assert curve["iqm"][j] == pytest.approx(_iqm([c[j][1] for c in curves]), abs=1e-9)
 
 
 def test_every_committed_run_folder_has_its_summary() -> None:
