@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +44,50 @@ def test_budget_counts_pretraining_and_seeds_parse() -> None:
     assert cpo_regime.seeds("1,3") == [1, 3]
     assert cpo_regime.score_of("halfcheetah") == "return"
     assert cpo_regime.score_of("three-routes") == "success"
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+@pytest.mark.parametrize("task", sorted(cpo_regime.TASKS))
+def test_only_the_population_machinery_differs(task: str) -> None:
+    """PPO, SAPG, CPO and PBT run with the same settings (the authors' PPO settings, their
+    initial policy std among them) but for the population machinery itself."""
+    from myriad.finetune.api import resolve_config
+
+    args = argparse.Namespace(
+        task=task,
+        blocks=6,
+        envs_per_block=4096,
+        horizon=16,
+        env_steps=5e7,
+        eval_every=16,
+        eval_episodes=64,
+        checkpoint_every=8,
+        overrides=[],
+        init_from=None,
+    )
+    configs = {
+        algo: _flat(resolve_config(*cpo_regime.run_overrides(algo, 0, args)))
+        for algo in cpo_regime.ALGOS
+    }
+    reference = configs["ppo"]
+    assert reference["population.init_log_std"] == 0.0
+    for algo, cfg in configs.items():
+        keys = set(cfg) | set(reference)
+        differing = {
+            k: (reference.get(k), cfg.get(k))
+            for k in keys
+            if cfg.get(k) != reference.get(k) and not k.startswith(cpo_regime.MACHINERY)
+        }
+        assert not differing, f"{algo} differs from PPO outside the population machinery"
 
 
 @pytest.mark.slow
@@ -161,11 +204,18 @@ def test_summary_of_hand_made_runs(tmp_path: Path) -> None:
         cpo_regime.summarize(tmp_path / "empty", reps=10)
 
 
+def _run_folders() -> list[Path]:
+    """Every folder of run records under the results (superseded ones included)."""
+    return sorted({p.parent for p in RESULTS.rglob("*-seed*.json")})
+
+
 def _committed() -> list[Path]:
-    return sorted(p for p in RESULTS.glob("*.json") if p.with_suffix("").is_dir())
+    return [folder.with_suffix(".json") for folder in _run_folders()]
 
 
-@pytest.mark.parametrize("summary_path", _committed(), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "summary_path", _committed(), ids=lambda p: str(p.relative_to(RESULTS).with_suffix(""))
+)
 def test_committed_summaries_match_their_runs(summary_path: Path) -> None:
     """Each committed summary aggregates exactly the run records beside it, and its IQMs and
     means are those of the records' figures."""
@@ -198,8 +248,14 @@ def test_committed_summaries_match_their_runs(summary_path: Path) -> None:
 
 
 def test_every_committed_run_folder_has_its_summary() -> None:
-    folders = [p for p in RESULTS.iterdir() if p.is_dir()]
+    folders = _run_folders()
     assert folders
-    missing = [p.name for p in folders if not p.with_suffix(".json").exists()]
+    missing = [str(p.relative_to(RESULTS)) for p in folders if not p.with_suffix(".json").exists()]
     assert not missing, f"summarize these folders: {missing}"
-    assert all(os.listdir(p) for p in folders)
+    # A summary without its folder would aggregate runs nobody can check.
+    orphans = [
+        str(p.relative_to(RESULTS))
+        for p in RESULTS.rglob("*.json")
+        if "-seed" not in p.name and not p.with_suffix("").is_dir()
+    ]
+    assert not orphans, f"summaries without their run folder: {orphans}"
