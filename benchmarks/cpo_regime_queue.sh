@@ -28,5 +28,13 @@ INIT='runs/bench/cpo_regime/pretrain/maze-far-b6x4096-seed{seed}'
 "$PY" $B run --algos ppo,cpo,sapg --seeds 0-4 --envs-per-block 512
 "$PY" $B run --algos ppo,cpo,sapg --seeds 0-4 --envs-per-block 64
 "$PY" $B run --task big-maze --algos ppo,cpo,sapg,pbt --seeds 0-4
-# nav-three-routes: PPO's envs never reached the goal in seed 0, SAPG's leader did.
-"$PY" $B run --task three-routes --algos ppo,sapg,cpo,pbt --seeds 0-4
+# nav-three-routes: SAPG's and CPO's leaders reached the goal in seed 0. PPO and PBT at the
+# authors' initial std first (their first runs, at log std -0.5, are superseded), then the
+# two-stage recipe and the other seeds; HalfCheetah's PPO and PBT reruns in a second process.
+"$PY" $B run --task three-routes --algos ppo,pbt --seeds 0
+"$PY" $B pretrain --task three-routes --seeds 0 --env-steps 1e7
+"$PY" $B run --task three-routes --algos cpo,ppo --seeds 0 \
+  --init-from 'runs/bench/cpo_regime/pretrain/three-routes-b6x4096-seed{seed}'
+"$PY" $B run --task three-routes --algos ppo,sapg,cpo,pbt --seeds 1-4
+"$PY" $B run --task halfcheetah --envs-per-block 256 --env-steps 1e7 --algos ppo,pbt --seeds 0-3
+"$PY" $B run --task halfcheetah --envs-per-block 256 --env-steps 1e7 --algos ppo,sapg,cpo,pbt --seeds 4
