@@ -226,6 +226,13 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         (pretrained_steps + int(step) * per_iteration, float(value))
         for step, value in history.get("eval/population_success", [])
     ]
+    # Each iteration's share of the training episodes finished in it that succeeded, over all
+    # envs (iterations in which none finished have no point): a policy can reach the goal while
+    # exploring and lose it again, which the evaluations of the deterministic leader do not show.
+    curve["training_success"] = [
+        (pretrained_steps + int(step) * per_iteration, float(value))
+        for step, value in history.get("episode/success", [])
+    ]
     final = summary.get("final_eval") or {}
     success = [v for _, v in curve["success"]]
     returns = [v for _, v in curve["return"]]
@@ -250,6 +257,7 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         "final_success": float(final.get("eval/leader_success", success[-1] if success else 0.0)),
         "final_return": float(final.get("eval/leader_return", 0.0)),
         "final_population_success": float(final.get("eval/population_success", 0.0)),
+        "max_training_success": max((v for _, v in curve["training_success"]), default=0.0),
         "auc_success": float(np.mean(success)) if success else 0.0,
         "auc_return": float(np.mean(returns)) if returns else 0.0,
         "steps_to_half": reached[0] if reached else budget,

@@ -135,6 +135,14 @@ def test_a_small_run_records_its_curve_and_is_skipped_when_finished(tmp_path: Pa
         reached = [s for s, v in record["curve"]["success"] if v >= 0.5]
         assert record["steps_to_half"] == (reached[0] if reached else 1024)
         assert 0.0 <= record["final_success"] <= 1.0
+        # A training-success point per iteration in which episodes finished, the best of them
+        # recorded on its own.
+        training = record["curve"]["training_success"]
+        points = [s for s, _ in training]
+        assert points and points == sorted(set(points))
+        assert set(points) <= {256, 512, 768, 1024}
+        assert all(0.0 <= v <= 1.0 for _, v in training)
+        assert record["max_training_success"] == max(v for _, v in training)
         assert record["seed"] == 0 and record["algo"] == algo
         assert "seed=0" in record["overrides"]
     # PPO gets every env in one block; SAPG splits them into its members' blocks.
