@@ -186,6 +186,38 @@ def pretrain_population(seed: int, args: argparse.Namespace) -> Path:
     return folder
 
 
+def refuse_changed_settings(
+    folder: Path, config: str, overrides: list[str], init: Path | None
+) -> None:
+    """Stop before resuming a run whose saved settings differ from what this code would start
+    now: a resumed run continues with its own saved config, and its record would otherwise
+    claim the current settings."""
+    import yaml
+
+    from myriad.finetune.api import resolve_config
+
+    saved = _flat(yaml.safe_load((folder / "config.yaml").read_text()))
+    expected = _flat(resolve_config(config, overrides, init=init))
+    changed = sorted(k for k in set(saved) | set(expected) if saved.get(k) != expected.get(k))
+    if changed:
+        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {expected.get(k)!r}" for k in changed[:4])
+        raise SystemExit(
+            f"{folder} was started with other settings ({shown}); move it away to start it "
+            "again, or finish it with the code that started it"
+        )
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
     """Train (or finish) one run and write its record; the record's path."""
     out = args.results / tag(args) / f"{algo}-seed{seed}.json"
@@ -196,11 +228,14 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
     init, pretrained_steps = init_run(args, seed)
     config, overrides = run_overrides(algo, seed, args, pretrained_steps)
     started = time.perf_counter()
+    ran_with = code_commit() or "unknown"
     resume = (
         folder
         if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").glob("*.pt"))
         else None
     )
+    if resume is not None:
+        refuse_changed_settings(folder, config, overrides, init)
     summary = finetune(
         None if resume else config,
         [] if resume else overrides,
@@ -252,7 +287,7 @@ def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:
         "pretrained_env_steps": pretrained_steps,
         "init": str(init) if init else None,
         "overrides": overrides,
-        "commit": code_commit() or "unknown",
+        "commit": ran_with,
         "curve": curve,
         "final_success": float(final.get("eval/leader_success", success[-1] if success else 0.0)),
         "final_return": float(final.get("eval/leader_return", 0.0)),

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from myriad.nn.activations import ELU, elu, elu_
+from myriad.nn.activations import ELU, _exp_, elu, elu_
 from myriad.nn.population import ACTIVATIONS, PopulationActorCritic
 
 
@@ -34,6 +34,14 @@ def test_values_are_within_the_stated_bound_of_the_exact_elu(alpha: float) -> No
     assert torch.all(got[x <= -88.0] == -alpha)
     # Torch's own kernel differs by as little.
     assert float((got - torch.nn.functional.elu(x, alpha)).abs().max()) <= 1.2e-7 * alpha
+
+
+def test_exp_through_exp2_is_within_its_stated_error() -> None:
+    # Every negative input the ELU exponentiates, densely: 2M points spread over [-20, 0]
+    # (exp(x) < 2.1e-9 below, where the error is far smaller), plus the decade near 0.
+    x = torch.cat([torch.linspace(-20.0, 0.0, 2_000_001), -torch.logspace(-8, 0, 200_001)])
+    error = (_exp_(x.clone()).double() - torch.exp(x.double())).abs()
+    assert float(error.max()) <= 6e-8
 
 
 def test_special_values() -> None:

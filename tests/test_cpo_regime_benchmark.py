@@ -46,23 +46,8 @@ def test_budget_counts_pretraining_and_seeds_parse() -> None:
     assert cpo_regime.score_of("three-routes") == "success"
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-@pytest.mark.parametrize("task", sorted(cpo_regime.TASKS))
-def test_only_the_population_machinery_differs(task: str) -> None:
-    """PPO, SAPG, CPO and PBT run with the same settings (the authors' PPO settings, their
-    initial policy std among them) but for the population machinery itself."""
-    from myriad.finetune.api import resolve_config
-
-    args = argparse.Namespace(
+def _regime_args(task: str) -> argparse.Namespace:
+    return argparse.Namespace(
         task=task,
         blocks=6,
         envs_per_block=4096,
@@ -74,8 +59,17 @@ def test_only_the_population_machinery_differs(task: str) -> None:
         overrides=[],
         init_from=None,
     )
+
+
+@pytest.mark.parametrize("task", sorted(cpo_regime.TASKS))
+def test_only_the_population_machinery_differs(task: str) -> None:
+    """PPO, SAPG, CPO and PBT run with the same settings (the authors' PPO settings, their
+    initial policy std among them) but for the population machinery itself."""
+    from myriad.finetune.api import resolve_config
+
+    args = _regime_args(task)
     configs = {
-        algo: _flat(resolve_config(*cpo_regime.run_overrides(algo, 0, args)))
+        algo: cpo_regime._flat(resolve_config(*cpo_regime.run_overrides(algo, 0, args)))
         for algo in cpo_regime.ALGOS
     }
     reference = configs["ppo"]
@@ -88,6 +82,24 @@ def test_only_the_population_machinery_differs(task: str) -> None:
             if cfg.get(k) != reference.get(k) and not k.startswith(cpo_regime.MACHINERY)
         }
         assert not differing, f"{algo} differs from PPO outside the population machinery"
+
+
+def test_a_run_started_with_other_settings_is_not_resumed(tmp_path: Path) -> None:
+    """A resumed run continues with its saved config: resuming one started with settings the
+    code no longer uses would write a record that claims the new ones."""
+    import yaml
+
+    from myriad.finetune.api import resolve_config
+
+    config, overrides = cpo_regime.run_overrides("ppo", 0, _regime_args("three-routes"))
+    same, old = tmp_path / "same", tmp_path / "old"
+    for folder, extra in ((same, []), (old, ["population.init_log_std=-0.5"])):
+        folder.mkdir()
+        saved = resolve_config(config, [*overrides, *extra])
+        (folder / "config.yaml").write_text("# a comment line\n" + yaml.safe_dump(saved))
+    cpo_regime.refuse_changed_settings(same, config, overrides, None)
+    with pytest.raises(SystemExit, match=r"population.init_log_std: -0.5 -> 0.0"):
+        cpo_regime.refuse_changed_settings(old, config, overrides, None)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import torch
 
-from myriad.rl.td3 import OfflineTD3, TD3Config, TwinCritic, mlp
+from myriad.rl.td3 import OfflineTD3, TD3Config, TwinCritic, adam, mlp
 
 
 def test_td3_finds_the_best_action_of_a_bandit():
@@ -104,7 +104,7 @@ def _reference_updates(obs_dim, act_dim, cfg, seed, data, steps):
                 for net, targ in pairs:
                     for p, pt in zip(net.parameters(), targ.parameters()):
                         pt.mul_(1 - cfg.tau).add_(cfg.tau * p)
-    return actor, critics
+    return actor, critics, actor_t, critics_t
 
 
 def test_updates_match_the_equations_written_out():
@@ -120,10 +120,33 @@ def test_updates_match_the_equations_written_out():
     cfg = TD3Config(hidden=(16, 16), lr=1e-3, batch_size=32, tau=0.05)
     td3 = OfflineTD3(obs_dim, act_dim, cfg, seed=2)
     td3.fit(data, 6)
-    actor, critics = _reference_updates(obs_dim, act_dim, cfg, 2, data, 6)
+    actor, critics, actor_t, critics_t = _reference_updates(obs_dim, act_dim, cfg, 2, data, 6)
     probe = torch.randn(9, obs_dim)
     torch.testing.assert_close(td3.act(probe), actor(probe).detach(), rtol=1e-5, atol=1e-5)
     x = torch.cat([probe, td3.act(probe)], 1)
     with torch.no_grad():
         expected = torch.stack([c(x).squeeze(-1) for c in critics])
         torch.testing.assert_close(td3.critics(x), expected, rtol=1e-5, atol=1e-5)
+        expected_targ = torch.stack([c(x).squeeze(-1) for c in critics_t])
+        torch.testing.assert_close(td3.critics_targ(x), expected_targ, rtol=1e-5, atol=1e-5)
+    # The target networks, parameter by parameter (their outputs move too little in 6 updates
+    # to show a missing average).
+    for got, want in zip(td3.actor_targ.parameters(), actor_t.parameters()):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    twin = TwinCritic(critics_t)
+    for got, want in zip(td3.critics_targ.parameters(), twin.parameters()):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_adam_falls_back_where_torch_has_no_fused_cpu_kernel(monkeypatch):
+    # torch 2.2-2.3 refuse fused=True for CPU tensors when the optimiser is built.
+    real = torch.optim.Adam
+
+    def no_fused(params, **kwargs):
+        if kwargs.get("fused"):
+            raise RuntimeError("`fused=True` requires all the params to be CUDA tensors")
+        return real(params, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "Adam", no_fused)
+    opt = adam([torch.nn.Parameter(torch.zeros(3))], 1e-3)
+    assert opt.defaults["foreach"] is True and not opt.defaults.get("fused")

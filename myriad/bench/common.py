@@ -31,6 +31,7 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
         "openmp": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")},
         "device": device,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commit": code_commit(),
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
@@ -38,19 +39,22 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
 
 
 def code_commit() -> str | None:
-    """The git commit of the ``myriad`` package that ran (None outside a git checkout), so that a
-    result can be traced to the code that produced it."""
+    """The git commit of the ``myriad`` package that ran, with ``-dirty`` appended when tracked
+    files differ from it (None outside a git checkout), so that a result can be traced to the
+    code that produced it."""
+    where = Path(__file__).resolve().parent
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True)
+
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
+        head = git("rev-parse", "HEAD")
+        if head.returncode:
+            return None
+        dirty = git("diff", "--quiet", "HEAD", "--").returncode == 1
+    except OSError:
         return None
-    return out.stdout.strip()
+    return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> Path:
