@@ -29,23 +29,6 @@ def _iqm(values: list[float]) -> float:
     return float(stats.trim_mean(np.asarray(values, dtype=float), 0.25))
 
 
-def test_budget_counts_pretraining_and_seeds_parse() -> None:
-    args = argparse.Namespace(
-        blocks=6, envs_per_block=4096, horizon=16, env_steps=5e7, init_from=None, task="maze-far"
-    )
-    # 5x10^7 env steps at 6 x 4,096 envs x 16 steps per iteration: 127 iterations.
-    assert cpo_regime.iterations(args) == 127
-    # Pretraining's 10^7 env steps come out of the same budget.
-    assert cpo_regime.iterations(args, pretrained_steps=10_000_000) == 102
-    assert cpo_regime.tag(args) == "maze-far-b6x4096"
-    args.init_from = "runs/pre-seed{seed}"
-    assert cpo_regime.tag(args) == "maze-far-b6x4096-kmyriad"
-    assert cpo_regime.seeds("0-4") == [0, 1, 2, 3, 4]
-    assert cpo_regime.seeds("1,3") == [1, 3]
-    assert cpo_regime.score_of("halfcheetah") == "return"
-    assert cpo_regime.score_of("three-routes") == "success"
-
-
 def _regime_args(task: str) -> argparse.Namespace:
     return argparse.Namespace(
         task=task,
@@ -59,6 +42,21 @@ def _regime_args(task: str) -> argparse.Namespace:
         overrides=[],
         init_from=None,
     )
+
+
+def test_budget_counts_pretraining_and_seeds_parse() -> None:
+    args = _regime_args("maze-far")
+    # 5x10^7 env steps at 6 x 4,096 envs x 16 steps per iteration: 127 iterations.
+    assert cpo_regime.iterations(args) == 127
+    # Pretraining's 10^7 env steps come out of the same budget.
+    assert cpo_regime.iterations(args, pretrained_steps=10_000_000) == 102
+    assert cpo_regime.tag(args) == "maze-far-b6x4096"
+    args.init_from = "runs/pre-seed{seed}"
+    assert cpo_regime.tag(args) == "maze-far-b6x4096-kmyriad"
+    assert cpo_regime.seeds("0-4") == [0, 1, 2, 3, 4]
+    assert cpo_regime.seeds("1,3") == [1, 3]
+    assert cpo_regime.score_of("halfcheetah") == "return"
+    assert cpo_regime.score_of("three-routes") == "success"
 
 
 @pytest.mark.parametrize("task", sorted(cpo_regime.TASKS))
