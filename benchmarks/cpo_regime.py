@@ -106,6 +106,10 @@ def run_overrides(
     algo: str, seed: int, args: argparse.Namespace, pretrained_steps: int = 0
 ) -> tuple[str, list[str]]:
     config, extra = ALGO_OVERRIDES[algo]
+    if getattr(args, "init_from", None):
+        # A run from a pretrained population takes the architecture, initial std included,
+        # from it (myriad.finetune.init), and refuses to be given one.
+        extra = [o for o in extra if not o.startswith("population.init_log_std=")]
     envs = args.blocks * args.envs_per_block
     blocks = [] if algo == "ppo" else [f"population.size={args.blocks}"]
     return config, [

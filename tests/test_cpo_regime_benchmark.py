@@ -82,6 +82,18 @@ def test_only_the_population_machinery_differs(task: str) -> None:
         assert not differing, f"{algo} differs from PPO outside the population machinery"
 
 
+def test_runs_from_a_pretrained_population_take_its_initial_std() -> None:
+    # ``--init`` refuses architecture settings: the population's own std is the start.
+    args = _regime_args("three-routes")
+    args.init_from = "runs/pretrain-seed{seed}"
+    for algo in cpo_regime.ALGOS:
+        _, overrides = cpo_regime.run_overrides(algo, 0, args, pretrained_steps=9_830_400)
+        assert not [o for o in overrides if o.startswith("population.init_log_std")]
+    args.init_from = None
+    _, overrides = cpo_regime.run_overrides("ppo", 0, args)
+    assert "population.init_log_std=0.0" in overrides
+
+
 def test_a_run_started_with_other_settings_is_not_resumed(tmp_path: Path) -> None:
     """A resumed run continues with its saved config: resuming one started with settings the
     code no longer uses would write a record that claims the new ones."""
