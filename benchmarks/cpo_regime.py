@@ -196,30 +196,17 @@ def refuse_changed_settings(
     """Stop before resuming a run whose saved settings differ from what this code would start
     now: a resumed run continues with its own saved config, and its record would otherwise
     claim the current settings."""
-    import yaml
-
     from myriad.finetune.api import resolve_config
+    from myriad.utils.checkpoint import config_diff
+    from myriad.utils.config import load_run_config
 
-    saved = _flat(yaml.safe_load((folder / "config.yaml").read_text()))
-    expected = _flat(resolve_config(config, overrides, init=init))
-    changed = sorted(k for k in set(saved) | set(expected) if saved.get(k) != expected.get(k))
+    changed = config_diff(load_run_config(folder), resolve_config(config, overrides, init=init))
     if changed:
-        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {expected.get(k)!r}" for k in changed[:4])
+        shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changed[:4])
         raise SystemExit(
             f"{folder} was started with other settings ({shown}); move it away to start it "
             "again, or finish it with the code that started it"
         )
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def run_one(algo: str, seed: int, args: argparse.Namespace) -> Path:

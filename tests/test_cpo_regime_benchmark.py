@@ -64,10 +64,11 @@ def test_only_the_population_machinery_differs(task: str) -> None:
     """PPO, SAPG, CPO and PBT run with the same settings (the authors' PPO settings, their
     initial policy std among them) but for the population machinery itself."""
     from myriad.finetune.api import resolve_config
+    from myriad.utils.checkpoint import flatten_config
 
     args = _regime_args(task)
     configs = {
-        algo: cpo_regime._flat(resolve_config(*cpo_regime.run_overrides(algo, 0, args)))
+        algo: flatten_config(resolve_config(*cpo_regime.run_overrides(algo, 0, args)))
         for algo in cpo_regime.ALGOS
     }
     reference = configs["ppo"]
