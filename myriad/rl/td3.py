@@ -88,24 +88,25 @@ class TwinCritic(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``[2, B]`` values of both critics for inputs ``x [B, O + A]``."""
-        h = x.expand(2, *x.shape)
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            h = torch.baddbmm(b, h, w)
-            if i < last:
-                h = torch.relu(h)
-        return h.squeeze(-1)
+        layers = zip(self.weights, self.biases)
+        return _relu_stack(x.expand(2, *x.shape), layers, torch.baddbmm)
 
     def first(self, x: torch.Tensor) -> torch.Tensor:
         """``[B]`` values of the first critic alone, with its weights held fixed (the actor's
         objective: gradients flow to ``x`` only, none are computed for the critic)."""
-        h = x
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            h = torch.addmm(b[0].detach(), h, w[0].detach())
-            if i < last:
-                h = torch.relu(h)
-        return h.squeeze(-1)
+        layers = ((w[0].detach(), b[0].detach()) for w, b in zip(self.weights, self.biases))
+        return _relu_stack(x, layers, torch.addmm)
+
+
+def _relu_stack(h: torch.Tensor, layers: Any, product: Any) -> torch.Tensor:
+    """``product(bias, h, weight)`` per layer with a ReLU between layers; the last dimension
+    (one value) squeezed."""
+    layers = list(layers)
+    for i, (w, b) in enumerate(layers):
+        h = product(b, h, w)
+        if i < len(layers) - 1:
+            h = torch.relu(h)
+    return h.squeeze(-1)
 
 
 def adam(params: Any, lr: float) -> torch.optim.Adam:
