@@ -14,6 +14,8 @@ where it stopped:
     python benchmarks/cpo_regime.py pretrain --seeds 0-4 --env-steps 1e7
     python benchmarks/cpo_regime.py run --algos cpo,ppo \
         --init-from runs/bench/cpo_regime/pretrain/maze-far-b6x4096-seed{seed}
+    # an ablation of the population machinery (VARIANTS), written to its own folder
+    python benchmarks/cpo_regime.py run --task three-routes --algos sapg,cpo --variant independent
     # aggregate whatever runs have finished into one JSON + PNG
     python benchmarks/cpo_regime.py summarize benchmarks/results/cpo_regime/maze-far-b6x4096
 
@@ -77,6 +79,15 @@ ALGO_OVERRIDES: dict[str, tuple[str, list[str]]] = {
     "ppo": ("ppo", ["population.size=1", "ppo.minibatches=4", *PAPER_PPO]),
     "pbt": ("pbt", ["population.size=6", "ppo.minibatches=4", *PAPER_PPO]),
 }
+#: Ablations of the population machinery (``--variant``), each writing its own folder
+#: (``<task>-b<blocks>x<envs>-<variant>``): a variant may change only settings in
+#: :data:`MACHINERY`; per variant, the algorithms it applies to and its settings.
+VARIANTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
+    # Members as separate networks with their own random initialisations, as PBT's are, where
+    # the paper's SAPG and CPO share one network with a per-block embedding: whether PBT's early
+    # successes on nav-three-routes come from its members' independent starts.
+    "independent": (("sapg", "cpo"), ["population.parameterization=independent"]),
+}
 TASKS: dict[str, list[str]] = {
     # The maze's far goal with a sparse reward: +1 and the end of the episode on reaching it.
     "maze-far": ["env=maze", "task=sparse"],
@@ -128,8 +139,20 @@ def run_overrides(
         "tensorboard=false",
         *extra,
         *blocks,
+        *variant_overrides(algo, args),
         *args.overrides,
     ]
+
+
+def variant_overrides(algo: str, args: argparse.Namespace) -> list[str]:
+    """The ``--variant``'s settings for ``algo`` (none without a variant)."""
+    variant = getattr(args, "variant", None)
+    if variant is None:
+        return []
+    algos, overrides = VARIANTS[variant]
+    if algo not in algos:
+        raise ValueError(f"--variant {variant} applies to {', '.join(algos)}, not to {algo}")
+    return overrides
 
 
 def iterations(args: argparse.Namespace, pretrained_steps: int = 0) -> int:
@@ -140,6 +163,8 @@ def iterations(args: argparse.Namespace, pretrained_steps: int = 0) -> int:
 
 def tag(args: argparse.Namespace) -> str:
     base = f"{args.task}-b{args.blocks}x{args.envs_per_block}"
+    variant = getattr(args, "variant", None)
+    base += f"-{variant}" if variant else ""
     return base + ("-kmyriad" if getattr(args, "init_from", None) else "")
 
 
@@ -400,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
         "--init-from",
         help="start from this pretrained run ({seed} is replaced); its env steps count",
     )
+    run.add_argument(
+        "--variant",
+        choices=sorted(VARIANTS),
+        help="an ablation of the population machinery (VARIANTS), in its own folder",
+    )
     run.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     pre = sub.add_parser("pretrain", help="K-Myriad pretraining in the regime, one run per seed")
     for name, kind, default in (
@@ -429,6 +459,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in algos if a not in ALGOS]
     if unknown:
         parser.error(f"unknown algorithm(s) {unknown}; choose from {', '.join(ALGOS)}")
+    if args.variant is not None:
+        applies = VARIANTS[args.variant][0]
+        if [a for a in algos if a not in applies] or args.init_from:
+            # A pretrained population fixes the architecture (--init refuses architecture
+            # settings); other algorithms have nothing to ablate.
+            parser.error(
+                f"--variant {args.variant} applies to runs of {', '.join(applies)} from scratch"
+            )
     # Seed-major: the first seed of every algorithm before the second of any, so a partial
     # sweep compares like with like.
     for seed in args.seeds:

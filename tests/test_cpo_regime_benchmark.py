@@ -41,6 +41,7 @@ def _regime_args(task: str) -> argparse.Namespace:
         checkpoint_every=8,
         overrides=[],
         init_from=None,
+        variant=None,
     )
 
 
@@ -81,6 +82,54 @@ def test_only_the_population_machinery_differs(task: str) -> None:
             if cfg.get(k) != reference.get(k) and not k.startswith(cpo_regime.MACHINERY)
         }
         assert not differing, f"{algo} differs from PPO outside the population machinery"
+
+
+@pytest.mark.parametrize("variant", sorted(cpo_regime.VARIANTS))
+def test_a_variant_changes_only_the_machinery_and_writes_its_own_folder(variant: str) -> None:
+    from myriad.finetune.api import resolve_config
+    from myriad.utils.checkpoint import flatten_config
+
+    args = _regime_args("three-routes")
+    algos, settings = cpo_regime.VARIANTS[variant]
+    keys = [o.split("=")[0] for o in settings]
+    assert all(k.startswith(cpo_regime.MACHINERY) for k in keys)
+    for algo in algos:
+        base = flatten_config(resolve_config(*cpo_regime.run_overrides(algo, 0, args)))
+        args.variant = variant
+        changed = flatten_config(resolve_config(*cpo_regime.run_overrides(algo, 0, args)))
+        assert cpo_regime.tag(args) == f"three-routes-b6x4096-{variant}"
+        args.variant = None
+        differing = {k for k in set(base) | set(changed) if base.get(k) != changed.get(k)}
+        # The variant's own settings, each taking effect, and nothing else.
+        assert differing and differing <= set(keys)
+        for o in settings:
+            key, value = o.split("=", 1)
+            assert str(changed[key]) == value
+    args.variant = variant
+    with pytest.raises(ValueError, match="applies to"):
+        cpo_regime.run_overrides("ppo", 0, args)
+
+
+def test_a_small_variant_run_writes_its_own_record(tmp_path: Path) -> None:
+    argv = ["run", "--task", "three-routes", "--algos", "sapg,cpo", "--seeds", "0"]
+    argv += ["--blocks", "2", "--envs-per-block", "16", "--horizon", "8", "--env-steps", "512"]
+    argv += ["--eval-every", "2", "--eval-episodes", "2", "--checkpoint-every", "2"]
+    argv += ["--workdir", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    assert cpo_regime.main([*argv, "--variant", "independent"]) == 0
+    for algo in ("sapg", "cpo"):
+        record = tmp_path / "results" / "three-routes-b2x16-independent" / f"{algo}-seed0.json"
+        overrides = json.loads(record.read_text())["overrides"]
+        assert overrides[-1] == "population.parameterization=independent"
+        config = tmp_path / "runs" / "three-routes-b2x16-independent" / f"{algo}-seed0"
+        assert "parameterization: independent" in (config / "config.yaml").read_text()
+    assert not (tmp_path / "results" / "three-routes-b2x16").exists()
+
+
+def test_a_variant_is_refused_where_it_cannot_apply(capsys: pytest.CaptureFixture[str]) -> None:
+    for extra in (["--algos", "ppo,sapg"], ["--algos", "sapg", "--init-from", "x{seed}"]):
+        with pytest.raises(SystemExit):
+            cpo_regime.main(["run", "--task", "three-routes", "--variant", "independent", *extra])
+        assert "applies to runs of sapg, cpo from scratch" in capsys.readouterr().err
 
 
 def test_runs_from_a_pretrained_population_take_its_initial_std() -> None:
