@@ -10,7 +10,17 @@ machine's load falls on each alike:
   half of the envs and learning from its share of the update (by envs for PPO, by rows of every
   minibatch for CPO and SAPG: ``FinetuneAlgorithm.rank_split``);
 - ``two_ranks_replicated``: the same launch with the whole update on both ranks over the
-  gathered rollout (``rank_split = "none"`` set in the ranks before they start).
+  gathered rollout (``rank_split = "none"`` set in the ranks before they start);
+- ``one_process_half``: one process with half the envs (each member's block halved), that is a
+  rank's share of the work with nothing crossing processes: what a perfect split could reach on
+  this CPU, per iteration (its env steps per second are those of half the envs);
+- ``one_process_pair``: two one-process runs at once, each with all the envs: what the two cores
+  lose when both are busy (shared caches and memory bandwidth), figures averaged over the pair.
+
+``ceiling_vs_one_process`` (from the last two, when both ran) is the speed-up two ranks would
+have if a rank's iteration took what the half-size iteration takes, slowed as a pair's iterations
+are: ``one_process`` iteration time / (``one_process_half``'s x ``one_process_pair``'s /
+``one_process``'s).
 
 Every variant runs the ``myriad`` command through this script, which times the update and logs
 it as ``train/update_seconds``. Per run: the median over iterations (the first two left out) of
@@ -46,7 +56,14 @@ from torchdist_finetune_agreement import AGREEMENT  # noqa: E402
 
 #: The agreement settings that set the env and its size, replaced here.
 SIZE_KEYS = ("env=", "num_envs=", "population.", "iterations=")
-VARIANTS = ("one_process", "one_process_2threads", "two_ranks_split", "two_ranks_replicated")
+VARIANTS = (
+    "one_process",
+    "one_process_2threads",
+    "two_ranks_split",
+    "two_ranks_replicated",
+    "one_process_half",
+    "one_process_pair",
+)
 RANK_FLAG = "--rank"
 REPLICATED_FLAG = "--replicated"
 
@@ -60,25 +77,30 @@ def overrides(algo: str, num_envs: int, iterations: int) -> list[str]:
     return [*kept, *size, f"num_envs={num_envs}", f"iterations={iterations}"]
 
 
-def launch(algo: str, variant: str, run_dir: Path, args: list[str]) -> None:
+def launch(algo: str, variant: str, run_dirs: list[Path], args: list[str]) -> None:
+    """Run ``variant`` (one run directory per process it starts: two for the pair)."""
     from myriad.bench.common import torchrun_prefix
 
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
     env.pop("WORLD_SIZE", None)
-    command = ["finetune", "--algo", algo, "--run-dir", str(run_dir), *args]
     script = [str(Path(__file__).resolve()), RANK_FLAG]
+    commands = [["finetune", "--algo", algo, "--run-dir", str(d), *args] for d in run_dirs]
     if variant.startswith("one_process"):
         threads = "2" if variant.endswith("2threads") else "1"
-        argv = [sys.executable, *script, *command, f"torch_threads={threads}"]
+        argvs = [[sys.executable, *script, *c, f"torch_threads={threads}"] for c in commands]
     else:
         env["OMP_NUM_THREADS"] = "1"
-        torchrun = torchrun_prefix(2)
         if variant == "two_ranks_replicated":
             script.append(REPLICATED_FLAG)
-        argv = [*torchrun, *script, *command]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+        argvs = [[*torchrun_prefix(2), *script, *c] for c in commands]
+    running = [
+        subprocess.Popen(a, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for a in argvs
+    ]
+    for argv, process in zip(argvs, running):
+        _, stderr = process.communicate()
+        if process.returncode:
+            raise RuntimeError(f"{' '.join(argv)} failed:\n{stderr[-3000:]}")
 
 
 def figures(run_dir: Path) -> dict[str, Any]:
@@ -117,15 +139,20 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.repeats):
                 order = args.variants if repeat % 2 == 0 else args.variants[::-1]
                 for variant in order:
-                    run_dir = Path(tmp) / f"{algo}-{variant}-{repeat}"
-                    config = overrides(algo, args.num_envs, args.iterations)
-                    launch(algo, variant, run_dir, config)
+                    pair = variant == "one_process_pair"
+                    run_dirs = [
+                        Path(tmp) / f"{algo}-{variant}-{repeat}-{k}" for k in range(1 + pair)
+                    ]
+                    envs = args.num_envs // 2 if variant == "one_process_half" else args.num_envs
+                    launch(algo, variant, run_dirs, overrides(algo, envs, args.iterations))
+                    per_process = [figures(d) for d in run_dirs]
+                    mean = {k: statistics.fmean(f[k] for f in per_process) for k in per_process[0]}
                     rows.append(
                         {
                             "algo": algo,
                             "variant": variant,
                             "repeat": repeat,
-                            **figures(run_dir),
+                            **mean,
                             "load_average": os.getloadavg(),
                         }
                     )
@@ -149,6 +176,15 @@ def main(argv: list[str] | None = None) -> int:
             # cores of their own, which the load of other jobs changes much less than the wall
             # clock (a rank waiting in a collective sleeps).
             cell["cpu_speed_vs_one_process"] = base_cpu / cell["cpu_s"]
+        if {"one_process_half", "one_process_pair"} <= cells.keys():
+            one = cells["one_process"]["iteration_s"]
+            slowed = (
+                cells["one_process_half"]["iteration_s"]
+                * cells["one_process_pair"]["iteration_s"]
+                / one
+            )
+            cells["one_process"]["perfect_split_iteration_s"] = slowed
+            cells["one_process"]["ceiling_vs_one_process"] = one / slowed
         summary[algo] = cells
     payload = {
         "machine": machine_info(),
@@ -169,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"update {cell['update_s']:.3f} s, CPU {cell['cpu_s']:.3f} s "
                 f"({cell['cpu_speed_vs_one_process']:.2f}x)"
             )
+        if "ceiling_vs_one_process" in cells["one_process"]:
+            ceiling = cells["one_process"]["ceiling_vs_one_process"]
+            print(f"{algo:5s} two ranks with a perfect split on this CPU: {ceiling:.2f}x")
     print(f"written {write_json(args.out, payload)}")
     return 0
 
