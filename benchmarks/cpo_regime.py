@@ -87,6 +87,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     # the paper's SAPG and CPO share one network with a per-block embedding: whether PBT's early
     # successes on nav-three-routes come from its members' independent starts.
     "independent": (("sapg", "cpo"), ["population.parameterization=independent"]),
+    # The leader's off-policy rows with myriad's dual clip (a negative-advantage row's loss
+    # bounded at 3 |A|) instead of the authors' plain PPO clip: whether unbounded losses of rows
+    # the leader would rarely take (importance ratios far above 1) are what made CPO's leader
+    # lose the route it had learned (nav-three-routes, seed 2).
+    "dual-clip": (("sapg", "cpo"), ["algo.off_policy_dual_clip=3.0"]),
 }
 TASKS: dict[str, list[str]] = {
     # The maze's far goal with a sparse reward: +1 and the end of the episode on reaching it.
