@@ -16,6 +16,9 @@ where it stopped:
         --init-from runs/bench/cpo_regime/pretrain/maze-far-b6x4096-seed{seed}
     # an ablation of the population machinery (VARIANTS), written to its own folder
     python benchmarks/cpo_regime.py run --task three-routes --algos sapg,cpo --variant independent
+    # one run's per-iteration training statistics (each member's success, the leader's
+    # off-policy diagnostics), beside its record
+    python benchmarks/cpo_regime.py trace runs/bench/cpo_regime/three-routes-b6x4096/cpo-seed2
     # aggregate whatever runs have finished into one JSON + PNG
     python benchmarks/cpo_regime.py summarize benchmarks/results/cpo_regime/maze-far-b6x4096
 
@@ -44,7 +47,7 @@ from seed_statistics import iqm_and_mean, iqm_curve
 from myriad.bench.common import code_commit, write_json
 from myriad.finetune.api import finetune
 from myriad.pretrain.api import pretrain
-from myriad.utils.checkpoint import load_checkpoint
+from myriad.utils.checkpoint import latest_checkpoint, load_checkpoint
 
 ALGOS = ("ppo", "sapg", "cpo", "pbt")
 #: The authors' PPO settings (docs/algorithms.md, "Paper presets"), shared by every algorithm so
@@ -147,6 +150,24 @@ def run_overrides(
         *variant_overrides(algo, args),
         *args.overrides,
     ]
+
+
+def variant_problem(
+    variant: str, algos: list[str], init_from: str | None, overrides: list[str]
+) -> str | None:
+    """Why ``--variant`` cannot run as asked (None: it can)."""
+    applies, settings = VARIANTS[variant]
+    keys = {o.split("=", 1)[0] for o in settings}
+    if [a for a in algos if a not in applies]:
+        return f"--variant {variant} applies to {', '.join(applies)} only; pass --algos with those"
+    if init_from and any(k.startswith("population.") for k in keys):
+        # A run from a pretrained population takes its architecture (--init refuses it).
+        return f"--variant {variant} changes the architecture: run it from scratch, no --init-from"
+    clash = sorted(keys & {o.split("=", 1)[0].lstrip("+~") for o in overrides})
+    if clash:
+        # The folder says the variant: a later override of its setting would be another run.
+        return f"--variant {variant} sets {', '.join(clash)}; drop that override"
+    return None
 
 
 def variant_overrides(algo: str, args: argparse.Namespace) -> list[str]:
@@ -354,6 +375,45 @@ def _curve_iqm(curves: list[list[tuple[int, float]]], reps: int) -> dict[str, li
     }
 
 
+#: The training statistics a trace keeps, by prefix: each member's training success, the
+#: leader's off-policy diagnostics, the followers' KL to the leader, the entropy, the learning
+#: rate, the population's diversity and the evaluations.
+TRACE_KEYS = (
+    "episode/success",
+    "train/leader_ess",
+    "train/off_policy_clip_fraction",
+    "train/entropy",
+    "train/lr",
+    "kl_to_leader/",
+    "diversity/",
+    "eval/",
+)
+TRACES = Path("benchmarks/results/cpo_regime_traces")
+
+
+def trace(run_dir: Path, out: Path | None = None) -> Path:
+    """Write the per-iteration training statistics of one run (:data:`TRACE_KEYS`, from its
+    last checkpoint's history) to ``out`` (default ``<TRACES>/<tag>/<algo>-seed<k>.json``): what
+    its record's curves do not show, such as a leader that learned a route and lost it."""
+    last = latest_checkpoint(run_dir / "checkpoints")
+    if last is None:
+        raise SystemExit(f"{run_dir} has no checkpoint; pass a run folder of this benchmark")
+    state = load_checkpoint(last)
+    history = state["logger"]["history"]
+    out = out or TRACES / run_dir.parent.name / f"{run_dir.name}.json"
+    write_json(
+        out,
+        {
+            "benchmark": "cpo_regime trace",
+            "run": f"{run_dir.parent.name}/{run_dir.name}",
+            "iteration": state["iteration"],
+            "series": {k: v for k, v in sorted(history.items()) if k.startswith(TRACE_KEYS)},
+        },
+    )
+    print(f"wrote {out}", flush=True)
+    return out
+
+
 def summarize(folder: Path, reps: int) -> dict[str, Any]:
     records = [json.loads(p.read_text()) for p in sorted(folder.glob("*-seed*.json"))]
     if not records:
@@ -452,7 +512,15 @@ def main(argv: list[str] | None = None) -> int:
     agg = sub.add_parser("summarize", help="aggregate the finished runs of one folder")
     agg.add_argument("folder", type=Path)
     agg.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    tr = sub.add_parser("trace", help="one run's per-iteration training statistics, to a JSON")
+    tr.add_argument(
+        "run_dir", type=Path, help="a run folder, e.g. runs/bench/cpo_regime/<tag>/cpo-seed2"
+    )
+    tr.add_argument("--out", type=Path, help=f"default: {TRACES}/<tag>/<run>.json")
     args = parser.parse_args(argv)
+    if args.command == "trace":
+        trace(args.run_dir, args.out)
+        return 0
     if args.command == "summarize":
         summarize(args.folder, args.reps)
         return 0
@@ -465,13 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown algorithm(s) {unknown}; choose from {', '.join(ALGOS)}")
     if args.variant is not None:
-        applies = VARIANTS[args.variant][0]
-        if [a for a in algos if a not in applies] or args.init_from:
-            # A pretrained population fixes the architecture (--init refuses architecture
-            # settings); other algorithms have nothing to ablate.
-            parser.error(
-                f"--variant {args.variant} applies to runs of {', '.join(applies)} from scratch"
-            )
+        problem = variant_problem(args.variant, algos, args.init_from, args.overrides)
+        if problem:
+            parser.error(problem)
     # Seed-major: the first seed of every algorithm before the second of any, so a partial
     # sweep compares like with like.
     for seed in args.seeds:

@@ -93,14 +93,33 @@ def launch(algo: str, variant: str, run_dirs: list[Path], args: list[str]) -> No
         if variant == "two_ranks_replicated":
             script.append(REPLICATED_FLAG)
         argvs = [[*torchrun_prefix(2), *script, *c] for c in commands]
-    running = [
-        subprocess.Popen(a, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for a in argvs
-    ]
-    for argv, process in zip(argvs, running):
-        _, stderr = process.communicate()
-        if process.returncode:
-            raise RuntimeError(f"{' '.join(argv)} failed:\n{stderr[-3000:]}")
+    # Each process's stderr goes to its own file, so neither can block on a full pipe while the
+    # other runs; a failure stops the rest.
+    logs = [d.parent / f"{d.name}.stderr" for d in run_dirs]
+    running = []
+    for argv, log in zip(argvs, logs):
+        with open(log, "w") as err:
+            running.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err))
+    try:
+        for argv, process, log in zip(argvs, running, logs):
+            if process.wait():
+                raise RuntimeError(f"{' '.join(argv)} failed:\n{log.read_text()[-3000:]}")
+    finally:
+        for process in running:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def perfect_split(one: float, half: float, pair: float) -> float:
+    """The iteration time of a rank with a perfect split (s): a half-size iteration ``half`` in
+    one process, slowed by ``pair / one`` as an iteration of two concurrent processes is."""
+    return half * pair / one
+
+
+def env_count(variant: str, num_envs: int) -> int:
+    """The envs a variant's processes run: half for ``one_process_half``."""
+    return num_envs // 2 if variant == "one_process_half" else num_envs
 
 
 def figures(run_dir: Path) -> dict[str, Any]:
@@ -143,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_dirs = [
                         Path(tmp) / f"{algo}-{variant}-{repeat}-{k}" for k in range(1 + pair)
                     ]
-                    envs = args.num_envs // 2 if variant == "one_process_half" else args.num_envs
+                    envs = env_count(variant, args.num_envs)
                     launch(algo, variant, run_dirs, overrides(algo, envs, args.iterations))
                     per_process = [figures(d) for d in run_dirs]
                     mean = {k: statistics.fmean(f[k] for f in per_process) for k in per_process[0]}
@@ -178,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             cell["cpu_speed_vs_one_process"] = base_cpu / cell["cpu_s"]
         if {"one_process_half", "one_process_pair"} <= cells.keys():
             one = cells["one_process"]["iteration_s"]
-            slowed = (
-                cells["one_process_half"]["iteration_s"]
-                * cells["one_process_pair"]["iteration_s"]
-                / one
+            slowed = perfect_split(
+                one,
+                cells["one_process_half"]["iteration_s"],
+                cells["one_process_pair"]["iteration_s"],
             )
             cells["one_process"]["perfect_split_iteration_s"] = slowed
             cells["one_process"]["ceiling_vs_one_process"] = one / slowed
@@ -189,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "machine": machine_info(),
         "config": {algo: overrides(algo, args.num_envs, args.iterations) for algo in args.algos},
+        "num_envs": {v: env_count(v, args.num_envs) for v in args.variants},
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "note": "a shared 2-core machine: the load averages (1, 5, 15 min) of every run are "

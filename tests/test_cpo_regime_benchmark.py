@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
+
+from myriad.utils.checkpoint import flatten_config, latest_checkpoint, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("cpo_regime", ROOT / "benchmarks" / "cpo_regime.py")
@@ -65,7 +68,6 @@ def test_only_the_population_machinery_differs(task: str) -> None:
     """PPO, SAPG, CPO and PBT run with the same settings (the authors' PPO settings, their
     initial policy std among them) but for the population machinery itself."""
     from myriad.finetune.api import resolve_config
-    from myriad.utils.checkpoint import flatten_config
 
     args = _regime_args(task)
     configs = {
@@ -87,7 +89,6 @@ def test_only_the_population_machinery_differs(task: str) -> None:
 @pytest.mark.parametrize("variant", sorted(cpo_regime.VARIANTS))
 def test_a_variant_changes_only_the_machinery_and_writes_its_own_folder(variant: str) -> None:
     from myriad.finetune.api import resolve_config
-    from myriad.utils.checkpoint import flatten_config
 
     args = _regime_args("three-routes")
     algos, settings = cpo_regime.VARIANTS[variant]
@@ -110,26 +111,51 @@ def test_a_variant_changes_only_the_machinery_and_writes_its_own_folder(variant:
         cpo_regime.run_overrides("ppo", 0, args)
 
 
-def test_a_small_variant_run_writes_its_own_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("variant", sorted(cpo_regime.VARIANTS))
+def test_a_small_variant_run_writes_its_own_record(tmp_path: Path, variant: str) -> None:
     argv = ["run", "--task", "three-routes", "--algos", "sapg,cpo", "--seeds", "0"]
     argv += ["--blocks", "2", "--envs-per-block", "16", "--horizon", "8", "--env-steps", "512"]
     argv += ["--eval-every", "2", "--eval-episodes", "2", "--checkpoint-every", "2"]
     argv += ["--workdir", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
-    assert cpo_regime.main([*argv, "--variant", "independent"]) == 0
+    assert cpo_regime.main([*argv, "--variant", variant]) == 0
+    (setting,) = cpo_regime.VARIANTS[variant][1]
+    key, value = setting.split("=")
     for algo in ("sapg", "cpo"):
-        record = tmp_path / "results" / "three-routes-b2x16-independent" / f"{algo}-seed0.json"
-        overrides = json.loads(record.read_text())["overrides"]
-        assert overrides[-1] == "population.parameterization=independent"
-        config = tmp_path / "runs" / "three-routes-b2x16-independent" / f"{algo}-seed0"
-        assert "parameterization: independent" in (config / "config.yaml").read_text()
+        record = tmp_path / "results" / f"three-routes-b2x16-{variant}" / f"{algo}-seed0.json"
+        assert json.loads(record.read_text())["overrides"][-1] == setting
+        run = tmp_path / "runs" / f"three-routes-b2x16-{variant}" / f"{algo}-seed0"
+        saved = flatten_config(yaml.safe_load((run / "config.yaml").read_text()))
+        assert str(saved[key]) == value
     assert not (tmp_path / "results" / "three-routes-b2x16").exists()
+    # The run's per-iteration statistics, as its checkpoint holds them.
+    out = tmp_path / "trace.json"
+    assert cpo_regime.main(["trace", str(run), "--out", str(out)]) == 0
+    traced = json.loads(out.read_text())
+    history = load_checkpoint(latest_checkpoint(run / "checkpoints"))["logger"]["history"]
+    assert traced["run"] == f"three-routes-b2x16-{variant}/cpo-seed0"
+    assert set(traced["series"]) == {k for k in history if k.startswith(cpo_regime.TRACE_KEYS)}
+    for key in ("episode/success/member_0", "train/leader_ess", "eval/leader_success"):
+        assert traced["series"][key] == [list(p) for p in history[key]]
 
 
 def test_a_variant_is_refused_where_it_cannot_apply(capsys: pytest.CaptureFixture[str]) -> None:
-    for extra in (["--algos", "ppo,sapg"], ["--algos", "sapg", "--init-from", "x{seed}"]):
+    refused = {
+        ("independent", "--algos", "ppo,sapg"): "applies to sapg, cpo only",
+        ("independent", "--algos", "sapg", "--init-from", "x{seed}"): "run it from scratch",
+        ("dual-clip", "--algos", "cpo", "algo.off_policy_dual_clip=2.0"): "drop that override",
+        (
+            "independent",
+            "--algos",
+            "sapg",
+            "population.parameterization=embedding",
+        ): "drop that override",
+    }
+    for (variant, *extra), message in refused.items():
         with pytest.raises(SystemExit):
-            cpo_regime.main(["run", "--task", "three-routes", "--variant", "independent", *extra])
-        assert "applies to runs of sapg, cpo from scratch" in capsys.readouterr().err
+            cpo_regime.main(["run", "--task", "three-routes", "--variant", variant, *extra])
+        assert message in capsys.readouterr().err
+    # A variant that leaves the architecture alone may start from a pretrained population.
+    assert cpo_regime.variant_problem("dual-clip", ["cpo"], "x{seed}", []) is None
 
 
 def test_runs_from_a_pretrained_population_take_its_initial_std() -> None:
@@ -339,3 +365,29 @@ def test_every_committed_run_folder_has_its_summary() -> None:
         if "-seed" not in p.name and not p.with_suffix("").is_dir()
     ]
     assert not orphans, f"summaries without their run folder: {orphans}"
+
+
+TRACES = ROOT / "benchmarks" / "results" / "cpo_regime_traces"
+
+
+@pytest.mark.parametrize(
+    "trace_path",
+    sorted(TRACES.rglob("*.json")),
+    ids=lambda p: str(p.relative_to(TRACES).with_suffix("")),
+)
+def test_committed_traces_belong_to_their_records(trace_path: Path) -> None:
+    """A trace is of the run its record describes: the same evaluations and the same training
+    success per iteration, at the record's env steps per iteration."""
+    traced = json.loads(trace_path.read_text())
+    record = json.loads((RESULTS / trace_path.relative_to(TRACES)).read_text())
+    per_iteration = record["num_envs"] * record["horizon"]
+    assert traced["run"] == str(trace_path.relative_to(TRACES).with_suffix(""))
+    series = traced["series"]
+    evaluations = [(i * per_iteration, v) for i, v in series["eval/leader_success"]]
+    assert evaluations == [tuple(p) for p in record["curve"]["success"]]
+    if "training_success" in record["curve"]:
+        training = [
+            (i * per_iteration + record["pretrained_env_steps"], v)
+            for i, v in series["episode/success"]
+        ]
+        assert training == [tuple(p) for p in record["curve"]["training_success"]]
