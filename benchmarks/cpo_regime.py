@@ -393,8 +393,9 @@ TRACES = Path("benchmarks/results/cpo_regime_traces")
 
 def trace(run_dir: Path, out: Path | None = None) -> Path:
     """Write the per-iteration training statistics of one run (:data:`TRACE_KEYS`, from its
-    last checkpoint's history) to ``out`` (default ``<TRACES>/<tag>/<algo>-seed<k>.json``): what
-    its record's curves do not show, such as a leader that learned a route and lost it."""
+    last checkpoint's history) and each member's final log std to ``out`` (default
+    ``<TRACES>/<tag>/<algo>-seed<k>.json``): what its record's curves do not show, such as a
+    leader that learned a route and lost it."""
     last = latest_checkpoint(run_dir / "checkpoints")
     if last is None:
         raise SystemExit(f"{run_dir} has no checkpoint; pass a run folder of this benchmark")
@@ -407,6 +408,9 @@ def trace(run_dir: Path, out: Path | None = None) -> Path:
             "benchmark": "cpo_regime trace",
             "run": f"{run_dir.parent.name}/{run_dir.name}",
             "iteration": state["iteration"],
+            # How wide each member's policy ended: its state-independent log std, averaged over
+            # the action dimensions.
+            "final_log_std_per_member": state["state"]["model"]["log_std"].mean(-1).tolist(),
             "series": {k: v for k, v in sorted(history.items()) if k.startswith(TRACE_KEYS)},
         },
     )

@@ -131,7 +131,10 @@ def test_a_small_variant_run_writes_its_own_record(tmp_path: Path, variant: str)
     out = tmp_path / "trace.json"
     assert cpo_regime.main(["trace", str(run), "--out", str(out)]) == 0
     traced = json.loads(out.read_text())
-    history = load_checkpoint(latest_checkpoint(run / "checkpoints"))["logger"]["history"]
+    state = load_checkpoint(latest_checkpoint(run / "checkpoints"))
+    history = state["logger"]["history"]
+    log_std = state["state"]["model"]["log_std"]  # [M, A]
+    assert traced["final_log_std_per_member"] == pytest.approx(log_std.mean(dim=1).tolist())
     assert traced["run"] == f"three-routes-b2x16-{variant}/cpo-seed0"
     assert set(traced["series"]) == {k for k in history if k.startswith(cpo_regime.TRACE_KEYS)}
     for key in ("episode/success/member_0", "train/leader_ess", "eval/leader_success"):
