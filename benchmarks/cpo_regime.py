@@ -95,6 +95,10 @@ VARIANTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     # the leader would rarely take (importance ratios far above 1) are what made CPO's leader
     # lose the route it had learned (nav-three-routes, seed 2).
     "dual-clip": (("sapg", "cpo"), ["algo.off_policy_dual_clip=3.0"]),
+    # CPO without its AWAC pull of the followers toward the leader's actions, the one loss term
+    # its paper form adds to SAPG's: whether that pull is what widened every member's policy in
+    # the seeds where CPO's leader failed or lagged on nav-three-routes.
+    "no-awac": (("cpo",), ["algo.awac=false"]),
 }
 TASKS: dict[str, list[str]] = {
     # The maze's far goal with a sparse reward: +1 and the end of the episode on reaching it.

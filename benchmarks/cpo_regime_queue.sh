@@ -39,14 +39,16 @@ INIT='runs/bench/cpo_regime/pretrain/maze-far-b6x4096-seed{seed}'
 "$PY" $B run --task halfcheetah --envs-per-block 256 --env-steps 1e7 --algos ppo,pbt --seeds 0-3
 "$PY" $B run --task halfcheetah --envs-per-block 256 --env-steps 1e7 --algos ppo,sapg,cpo,pbt --seeds 4
 # The two-stage recipe's other seeds on nav-three-routes, then the ablations of the population
-# machinery behind two hypotheses: CPO's leader losing its route to unbounded off-policy losses
-# (seed 2, where it did), and PBT's early successes coming from its members' separate networks.
+# machinery behind three hypotheses: CPO's leader losing its route to unbounded off-policy losses
+# (seed 2, where it did), CPO's policies widening under its AWAC pull (seeds 1, 2 and 4), and
+# PBT's early successes coming from its members' separate networks.
 for seed in 1 2 3 4; do
   "$PY" $B pretrain --task three-routes --seeds $seed --env-steps 1e7
 done
 "$PY" $B run --task three-routes --algos cpo,ppo --seeds 1-4 \
   --init-from 'runs/bench/cpo_regime/pretrain/three-routes-b6x4096-seed{seed}'
 "$PY" $B run --task three-routes --algos cpo --seeds 2 --variant dual-clip
+"$PY" $B run --task three-routes --algos cpo --seeds 1,2,4 --variant no-awac
 "$PY" $B run --task three-routes --algos sapg,cpo --seeds 0-4 --variant independent
 # The maze's far goal and the scale sweep at the authors' initial std for PPO and PBT.
 "$PY" $B run --algos ppo,pbt --seeds 0-4
