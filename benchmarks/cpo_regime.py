@@ -381,13 +381,15 @@ def _curve_iqm(curves: list[list[tuple[int, float]]], reps: int) -> dict[str, li
 
 #: The training statistics a trace keeps, by prefix: each member's training success, the
 #: leader's off-policy diagnostics, the followers' KL to the leader, the entropy, the learning
-#: rate, the population's diversity and the evaluations.
+#: rate, each member's log std (logged from 2026-11-28 on), the population's diversity and the
+#: evaluations.
 TRACE_KEYS = (
     "episode/success",
     "train/leader_ess",
     "train/off_policy_clip_fraction",
     "train/entropy",
     "train/lr",
+    "policy/",
     "kl_to_leader/",
     "diversity/",
     "eval/",

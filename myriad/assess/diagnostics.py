@@ -1,7 +1,8 @@
 """Diversity diagnostics of a leader and its followers, measured on the latest rollout.
 
 - ``KL(pi_f || pi_L)`` of every follower f, on the leader's states and on f's own states;
-- the pairwise KL matrix ``[M, M]`` of all members on the pooled states.
+- the pairwise KL matrix ``[M, M]`` of all members on the pooled states;
+- each member's log std (state-independent), averaged over the action dimensions.
 
 All KLs are exact (diagonal Gaussians) and averaged over a fixed, evenly strided sample of
 ``states_per_member`` states of each member's rollout, so the measurement draws no random
@@ -58,12 +59,18 @@ class Diagnostics:
     ) -> dict[str, float]:
         """The diagnostics' scalars; the pairwise matrix is kept in :attr:`last_matrix`."""
         m = self.num_members
+        log_std = model.member_log_std()  # [M, A]
+        # How wide each member's policy is: a population whose policies widen while they
+        # learn explores differently from one whose policies narrow.
+        spread = log_std.mean(dim=1).cpu()  # [M]
+        out = {"policy/log_std_mean": float(spread.mean())}
         if m < 2:
-            return {}
+            return out
+        if self.per_member:
+            out.update({f"policy/log_std/member_{i}": float(spread[i]) for i in range(m)})
         n = self.index.shape[1]
         obs = storage.flat("obs").index_select(0, self.index.reshape(-1))  # [M * n, O]
         means = model.member_action_means(obs)  # [M members, M * n states, A]
-        log_std = model.member_log_std()  # [M, A]
         blocks = means.view(m, m, n, -1)  # [member, whose states, n, A]
         lead_mean, lead_std = blocks[leader], log_std[leader]  # leader on every block
         # KL(pi_f || pi_L) on the leader's states: every member's means on block `leader`.
@@ -79,7 +86,7 @@ class Diagnostics:
         followers = [i for i in range(m) if i != leader]
         values = torch.stack([on_leader, on_own]).cpu()
         off = matrix[~torch.eye(m, dtype=torch.bool, device=matrix.device)].cpu()
-        out = {
+        out |= {
             "kl_to_leader/on_leader_states_mean": float(values[0, followers].mean()),
             "kl_to_leader/on_own_states_mean": float(values[1, followers].mean()),
             "diversity/pairwise_kl_mean": float(off.mean()),
