@@ -179,10 +179,10 @@ def variant_overrides(algo: str, args: argparse.Namespace) -> list[str]:
     variant = getattr(args, "variant", None)
     if variant is None:
         return []
-    algos, overrides = VARIANTS[variant]
-    if algo not in algos:
-        raise ValueError(f"--variant {variant} applies to {', '.join(algos)}, not to {algo}")
-    return overrides
+    problem = variant_problem(variant, [algo], None, [])
+    if problem:
+        raise ValueError(problem)
+    return VARIANTS[variant][1]
 
 
 def iterations(args: argparse.Namespace, pretrained_steps: int = 0) -> int:

@@ -158,10 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.repeats):
                 order = args.variants if repeat % 2 == 0 else args.variants[::-1]
                 for variant in order:
-                    pair = variant == "one_process_pair"
-                    run_dirs = [
-                        Path(tmp) / f"{algo}-{variant}-{repeat}-{k}" for k in range(1 + pair)
-                    ]
+                    copies = 2 if variant == "one_process_pair" else 1
+                    run_dirs = [Path(tmp) / f"{algo}-{variant}-{repeat}-{k}" for k in range(copies)]
                     envs = env_count(variant, args.num_envs)
                     launch(algo, variant, run_dirs, overrides(algo, envs, args.iterations))
                     per_process = [figures(d) for d in run_dirs]
