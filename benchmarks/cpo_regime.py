@@ -99,6 +99,12 @@ VARIANTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     # its paper form adds to SAPG's: whether that pull is what widened every member's policy in
     # the seeds where CPO's leader failed or lagged on nav-three-routes.
     "no-awac": (("cpo",), ["algo.awac=false"]),
+    # The leader's off-policy rows with PPO's clip around the leader's own policy (the ratio
+    # pi_L / pi_L_old, each row weighted by min(pi_L_old / pi_f_old, 1)) instead of the
+    # authors' ratio to the follower's policy, whose clip passes only the advantages that pull
+    # the leader towards the followers' action distributions (docs/algorithms.md §6): whether
+    # that pull is what widened the leaders of SAPG's seed 4 and CPO's seeds 1, 2 and 4.
+    "leader-trust": (("sapg", "cpo"), ["algo.off_policy_trust_region=leader"]),
 }
 TASKS: dict[str, list[str]] = {
     # The maze's far goal with a sparse reward: +1 and the end of the episode on reaching it.

@@ -360,3 +360,81 @@ def test_learning_rate_schedule_follows_the_leaders_kl():
     kl = leader_only.ppo_loss(batch, evaluation)[1]["kl"]
     assert kl.item() == pytest.approx(expected.item(), rel=1e-4)
     assert every_row.ppo_loss(batch, evaluation)[1]["kl"] > 10 * kl
+
+
+def test_leader_trust_region_clips_the_step_from_the_leader_and_weights_each_row():
+    # off_policy_trust_region="leader": the clip bounds pi_L / pi_L_old, and each follower row
+    # counts with min(pi_L_old / pi_f_old, truncation).
+    model = tiny_model()
+    algo = SAPG(model, PPOConfig(clip=0.2))
+    batch = _batch(
+        model,
+        [0, 0, 1, 1],
+        True,
+        leader_td_advantage=torch.tensor([0.0, 0.0, 1.0, -1.0]),
+        leader_td_target=torch.zeros(4),
+        leader_old_log_prob=torch.zeros(4),
+    )
+    current = model.log_prob(batch.obs, 0, batch.actions).detach()
+    step = torch.tensor([1.5, 0.9])  # pi_L / pi_L_old on the follower rows 2, 3
+    weight = torch.tensor([2.0, 0.25])  # pi_L_old / pi_f_old there, before truncation at 1
+    batch.extras["leader_old_log_prob"][2:] = current[2:] - step.log()
+    batch.log_probs[2:] = batch.extras["leader_old_log_prob"][2:] - weight.log()
+    term = LeaderOffPolicyTerm(
+        fit_value=False, leader=0, normalize_advantages=False, trust_region="leader"
+    )
+    _, stats = term(algo, batch, None)
+    # A = +1, step 1.5: -min(1.5, 1.2) = -1.2, weight min(2, 1) = 1; A = -1, step 0.9:
+    # -min(-0.9, -0.9) = 0.9, weight 0.25.
+    assert stats["off_policy_loss"].item() == pytest.approx((-1.2 + 0.25 * 0.9) / 2, abs=1e-5)
+    # The clip fraction counts the step from the leader's start (1.5 is outside, 0.9 inside).
+    assert stats["off_policy_clip_fraction"].item() == pytest.approx(0.5)
+    # The truncation is a setting; the behaviour form reads the ratio to pi_f_old instead.
+    wide = LeaderOffPolicyTerm(
+        fit_value=False, normalize_advantages=False, trust_region="leader", truncation=4.0
+    )
+    assert wide(algo, batch, None)[1]["off_policy_loss"].item() == pytest.approx(
+        (-1.2 * 2.0 + 0.25 * 0.9) / 2, abs=1e-5
+    )
+    behaviour = LeaderOffPolicyTerm(fit_value=False, normalize_advantages=False)
+    ratio = step * weight  # pi_L / pi_f_old: 3.0 (A = +1: clipped at 1.2), 0.225 (A = -1)
+    # A = -1 with ratio 0.225 < 0.8: -min(-0.225, -0.8) = 0.8, a constant (no gradient).
+    expected = (-1.2 + 0.8) / 2
+    assert ratio[1].item() == pytest.approx(0.225)
+    assert behaviour(algo, batch, None)[1]["off_policy_loss"].item() == pytest.approx(
+        expected, abs=1e-5
+    )
+    with pytest.raises(ValueError, match="trust_region"):
+        LeaderOffPolicyTerm(trust_region="follower")
+
+
+def test_leader_trust_region_plans_the_leaders_log_probs():
+    # The leader's log-probabilities as the update begins: of the planned rows (sampled loss),
+    # or of every row (stored targets); the behaviour form computes neither.
+    model = tiny_model()
+    config = SAPGConfig(off_policy_trust_region="leader")
+    sampled = SAPG(model, PPOConfig(gamma=0.9), config)
+    storage = _storage([0, 1, 1, 0])
+    sampled.prepare(storage)
+    epochs = [[torch.tensor([0, 3, 1, 2]), torch.tensor([4, 7, 6, 5])]]
+    sampled.plan_minibatches(storage, epochs)
+    targets = sampled.off_policy.targets
+    assert targets is not None and targets.old_log_prob is not None
+    with torch.no_grad():
+        every = model.log_prob(storage.flat("obs"), 0, storage.flat("actions"))
+    planned = torch.tensor([1, 2, 6, 5])
+    torch.testing.assert_close(targets.old_log_prob[planned], every[planned])
+    assert torch.isnan(targets.old_log_prob[0])
+    stored = SAPG(
+        model,
+        PPOConfig(gamma=0.9),
+        SAPGConfig(off_policy_trust_region="leader", off_policy_ratio=None),
+    )
+    stored_storage = _storage([0, 1, 1, 0])
+    stored.prepare(stored_storage)
+    torch.testing.assert_close(stored_storage.flat("leader_old_log_prob"), every)
+    plain = SAPG(model, PPOConfig(gamma=0.9))
+    plain_storage = _storage([0, 1, 1, 0])
+    plain.prepare(plain_storage)
+    plain.plan_minibatches(plain_storage, epochs)
+    assert plain.off_policy.targets is not None and plain.off_policy.targets.old_log_prob is None

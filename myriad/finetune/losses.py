@@ -56,6 +56,33 @@ def dual_clipped_surrogate(
     return torch.where(advantages < 0, torch.minimum(loss, -dual_clip * advantages), loss)
 
 
+def leader_trust_region_surrogate(
+    log_prob: torch.Tensor,
+    anchor_log_prob: torch.Tensor,
+    behaviour_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: float,
+    dual_clip: float | None = None,
+    truncation: float = 1.0,
+) -> torch.Tensor:
+    """Per-sample off-policy PPO loss with the trust region around the learner's own policy,
+    ``[N]`` (docs/algorithms.md §6, ``off_policy_trust_region="leader"``).
+
+    ``min(pi_old / mu, c) * dual_clipped_surrogate(log pi, log pi_old, A)``: the ratio that
+    the clip bounds is ``pi / pi_old`` (``anchor_log_prob``: the learner's log-probabilities as
+    the update began, no gradient), and each row stands for the learner's own through the
+    importance weight ``pi_old / mu`` (``behaviour_log_prob``: the policy that acted),
+    truncated at ``truncation`` (the trust region of GePPO, Queeney et al. 2021, arXiv
+    2111.00072, in multiplicative form; the truncation of V-trace, Espeholt et al. 2018).
+    Within the trust region every row passes the gradient of both signs of its advantage, so
+    advantages that say nothing about the action move the policy nowhere on average, where
+    the ratio ``pi / mu`` of
+    :func:`dual_clipped_surrogate` pulls it towards ``mu``.
+    """
+    weight = (anchor_log_prob - behaviour_log_prob).exp().clamp(max=truncation)
+    return weight * dual_clipped_surrogate(log_prob, anchor_log_prob, advantages, clip, dual_clip)
+
+
 def masked_mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
     """``mean(x)`` or the ``weight``-weighted mean ``sum(w x) / sum(w)`` (0 when ``sum(w)`` is 0).
 

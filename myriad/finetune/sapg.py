@@ -19,6 +19,7 @@ from myriad.finetune.base import FinetuneAlgorithm
 from myriad.finetune.losses import (
     dual_clipped_surrogate,
     effective_sample_size,
+    leader_trust_region_surrogate,
     normalize,
     one_step_td,
     pooled_moments,
@@ -35,6 +36,7 @@ from myriad.utils.settings import at_least, check_fields, one_of, positive, sett
 LEADER = 0
 WEIGHTINGS = ("rows", "terms")
 ADVANTAGE_MODES = ("augmented", "separate")
+TRUST_REGIONS = ("behaviour", "leader")
 
 
 def ensure_field(
@@ -101,6 +103,9 @@ class SampledLeaderTargets:
         storage: the rollout, collected with ``store_transitions=True``.
         gamma: the discount.
         rows: ``[R]`` time-major flat indices of the rows to compute (repeats allowed).
+        log_probs: also the leader's log-probabilities of the rows' actions as the update
+            begins (:attr:`old_log_prob`, for ``off_policy_trust_region="leader"``), one actor
+            pass over the ``R`` rows.
     """
 
     @torch.no_grad()
@@ -111,9 +116,17 @@ class SampledLeaderTargets:
         storage: RolloutStorage,
         gamma: float,
         rows: torch.Tensor,
+        log_probs: bool = False,
     ) -> None:
         obs, next_obs = transitions(storage)
         r = rows.shape[0]
+        #: ``[T * E]`` the leader's log-probabilities of the planned rows (NaN elsewhere), or None.
+        self.old_log_prob: torch.Tensor | None = None
+        if log_probs:
+            actions = storage.flat("actions").index_select(0, rows)
+            log_prob = model.log_prob(obs.index_select(0, rows), leader, actions)
+            self.old_log_prob = log_prob.new_full((obs.shape[0],), math.nan)
+            self.old_log_prob.index_copy_(0, rows, log_prob)
         values = model.value(
             torch.cat([obs.index_select(0, rows), next_obs.index_select(0, rows)]), leader
         )
@@ -157,6 +170,18 @@ class SAPGConfig:
             data, as in SAPG); None uses every follower row.
         off_policy_dual_clip: bound of the off-policy loss of a negative-advantage sample, in
             units of ``|A|`` (dual-clip PPO); None leaves it unbounded as in plain PPO.
+        off_policy_trust_region: the policy whose ratio PPO's clip bounds on the follower rows.
+            ``"behaviour"`` (default, the authors'): ``pi_L / pi_f_old`` clipped at
+            ``1 +- clip``. On rows where that ratio is already outside the clip, only the
+            advantages of one sign pass a gradient, those that move ``pi_L`` towards ``pi_f``:
+            with advantages that carry no information about the action the leader is still
+            pulled towards the followers' action distributions, wider when they are wider
+            (docs/algorithms.md §6). ``"leader"``: the ratio ``pi_L / pi_L_old`` to the leader
+            as the update begins, clipped at ``1 +- clip``, each row weighted by
+            ``min(pi_L_old / pi_f_old, off_policy_truncation)`` (the trust region of GePPO,
+            Queeney et al. 2021, with a truncated importance weight as in V-trace): no pull
+            from uninformative advantages.
+        off_policy_truncation: the cap of that importance weight (``"leader"`` only).
         off_policy_normalize: normalise the one-step advantages over the minibatch's follower
             rows. Off by default: the leader's critic has not been trained on the followers'
             states, and normalising turns its errors there into unit-scale noise.
@@ -199,6 +224,15 @@ class SAPGConfig:
         help="bound of a negative-advantage sample's loss, x |A| (null: none)",
         check=positive(),
     )
+    off_policy_trust_region: str = setting(
+        "behaviour",
+        help="behaviour: clip pi_L / pi_follower (the authors') | leader: clip pi_L / pi_L at "
+        "the update's start, rows weighted by min(pi_L / pi_follower, truncation)",
+        check=one_of(*TRUST_REGIONS),
+    )
+    off_policy_truncation: float = setting(
+        1.0, help="cap of that weight (trust region leader only)", check=positive()
+    )
     off_policy_normalize: bool = setting(
         False, help="normalise the one-step advantages over the follower rows"
     )
@@ -239,6 +273,8 @@ class LeaderOffPolicyTerm:
         ratio: follower rows used per leader row (None: all); see :class:`SAPGConfig`.
         dual_clip: bound of a negative-advantage sample's loss in units of ``|A|`` (None: none).
         normalize_advantages: normalise the advantages over the follower rows.
+        trust_region: ``"behaviour"`` or ``"leader"``, see :class:`SAPGConfig`.
+        truncation: the cap of the importance weight with ``trust_region="leader"``.
 
     Stats: ``off_policy_loss``, ``off_policy_value_loss``, ``off_policy_clip_fraction`` and
     ``leader_ess``, the normalised effective sample size ``(sum w)^2 / (n sum w^2)`` of the
@@ -253,8 +289,14 @@ class LeaderOffPolicyTerm:
         ratio: float | None = None,
         dual_clip: float | None = None,
         normalize_advantages: bool = True,
+        trust_region: str = "behaviour",
+        truncation: float = 1.0,
     ) -> None:
+        if trust_region not in TRUST_REGIONS:
+            raise ValueError(f"trust_region must be one of {TRUST_REGIONS}, got {trust_region!r}")
         self.coef = float(coef)
+        self.trust_region = trust_region
+        self.truncation = float(truncation)
         self.fit_value = fit_value
         self.leader = leader
         self.ratio = ratio
@@ -274,6 +316,13 @@ class LeaderOffPolicyTerm:
             raise RuntimeError("SAPG.update sets the leader's targets before the first minibatch")
         extras = batch.extras
         return rows.take(extras["leader_td_advantage"]), rows.take(extras["leader_td_target"])
+
+    def _old_log_prob(self, batch: Batch, rows: Rows) -> torch.Tensor:
+        """The leader's log-probabilities of the selected rows' actions as the update began."""
+        if self.targets is not None:
+            assert self.targets.old_log_prob is not None  # planned with log_probs=True
+            return self.targets.old_log_prob.index_select(0, rows.take(batch.index))
+        return rows.take(batch.extras["leader_old_log_prob"])
 
     def augmented_rows(self, batch: Batch) -> float | torch.Tensor:
         """How many rows the term adds to the augmented minibatch: the follower rows it
@@ -318,9 +367,17 @@ class LeaderOffPolicyTerm:
             advantages = (advantages - mean) / (std + 1e-8)
         elif self.normalize_advantages:
             advantages = normalize(advantages, rows.weight)
-        surrogate = rows.mean(
-            dual_clipped_surrogate(log_prob, behaviour, advantages, cfg.clip, self.dual_clip)
-        )
+        if self.trust_region == "leader":
+            anchor = self._old_log_prob(batch, rows)
+            per_row = leader_trust_region_surrogate(
+                log_prob, anchor, behaviour, advantages, cfg.clip, self.dual_clip, self.truncation
+            )
+        else:
+            anchor = behaviour
+            per_row = dual_clipped_surrogate(
+                log_prob, behaviour, advantages, cfg.clip, self.dual_clip
+            )
+        surrogate = rows.mean(per_row)
         loss = surrogate
         stats: dict[str, torch.Tensor] = {}
         if leader_eval is not None:
@@ -336,7 +393,7 @@ class LeaderOffPolicyTerm:
             log_w = log_prob - behaviour
             stats["off_policy_loss"] = surrogate.detach()
             stats["leader_ess"] = effective_sample_size(log_w, rows.weight)
-            outside = ((log_w.exp() - 1.0).abs() > cfg.clip).to(log_w.dtype)
+            outside = ((torch.exp(log_prob - anchor) - 1.0).abs() > cfg.clip).to(log_w.dtype)
             stats["off_policy_clip_fraction"] = rows.mean(outside)
         return self.coef * loss, stats
 
@@ -385,6 +442,8 @@ class SAPG(FinetuneAlgorithm):
             self.sapg.off_policy_ratio,
             self.sapg.off_policy_dual_clip,
             self.sapg.off_policy_normalize,
+            self.sapg.off_policy_trust_region,
+            self.sapg.off_policy_truncation,
         )
         super().__init__(
             model,
@@ -460,7 +519,12 @@ class SAPG(FinetuneAlgorithm):
                 parts.append(index.index_select(0, part))
             planned = torch.cat(parts)
             self.off_policy.targets = SampledLeaderTargets(
-                self.model, self.leader, storage, self.config.gamma, planned
+                self.model,
+                self.leader,
+                storage,
+                self.config.gamma,
+                planned,
+                log_probs=self.off_policy.trust_region == "leader",
             )
         if self.sapg.advantages == "augmented":
             groups = self.advantage_groups(storage, planned, len(epochs))
@@ -518,3 +582,7 @@ class SAPG(FinetuneAlgorithm):
         )
         ensure_field(storage, "leader_td_advantage").view(-1).copy_(advantage)
         ensure_field(storage, "leader_td_target").view(-1).copy_(target)
+        if self.off_policy.trust_region == "leader":
+            obs, actions = storage.flat("obs"), storage.flat("actions")
+            log_prob = self.model.log_prob(obs, self.leader, actions)
+            ensure_field(storage, "leader_old_log_prob").view(-1).copy_(log_prob)
