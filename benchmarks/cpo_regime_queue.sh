@@ -49,7 +49,12 @@ done
   --init-from 'runs/bench/cpo_regime/pretrain/three-routes-b6x4096-seed{seed}'
 "$PY" $B run --task three-routes --algos cpo --seeds 2 --variant dual-clip
 "$PY" $B run --task three-routes --algos cpo --seeds 1,2,4 --variant no-awac
+"$PY" $B run --task three-routes --algos cpo --seeds 0,3 --variant no-awac
+# The leader's off-policy clip around its own policy on the runs whose leaders widened.
+"$PY" $B run --task three-routes --algos sapg --seeds 4 --variant leader-trust
+"$PY" $B run --task three-routes --algos cpo --seeds 1,2,4 --variant leader-trust
 "$PY" $B run --task three-routes --algos sapg,cpo --seeds 0-4 --variant independent
+"$PY" $B run --task three-routes --algos cpo --seeds 0,1,3,4 --variant dual-clip
 # The maze's far goal and the scale sweep at the authors' initial std for PPO and PBT.
 "$PY" $B run --algos ppo,pbt --seeds 0-4
 "$PY" $B run --algos ppo --seeds 0-4 --envs-per-block 512
