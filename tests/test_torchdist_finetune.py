@@ -80,11 +80,14 @@ AGREEMENT_ALGOS: dict[str, tuple[str, ...]] = {
 }
 
 #: The algorithms whose update splits by rows (every coupling on: the set point, the
-#: discriminator, the AWAC pull, the sampled off-policy loss; PBT's per-member clip and rates).
-SPLIT_ALGOS: dict[str, tuple[str, ...]] = {
-    "sapg": (),
-    "cpo": ("algo.kl_target=0.1",),
-    "pbt": ("algo.interval=1",),
+#: discriminator, the AWAC pull, the sampled off-policy loss; PBT's per-member clip and rates),
+#: by label: the algorithm and its settings. CPO also with the off-policy clip around the
+#: leader's own policy (its log-probabilities of each rank's planned rows).
+SPLIT_ALGOS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sapg": ("sapg", ()),
+    "cpo": ("cpo", ("algo.kl_target=0.1",)),
+    "cpo_leader_trust": ("cpo", ("algo.kl_target=0.1", "algo.off_policy_trust_region=leader")),
+    "pbt": ("pbt", ("algo.interval=1",)),
 }
 
 
@@ -445,7 +448,7 @@ def _rows_main(report: str) -> int:
     ranks = RankGroup.launch("cpu")
     share = RowShare(ranks.rank, ranks.world_size, ranks.all_reduce_, ranks.all_gather_cat)
     out: dict[str, dict[str, float]] = {}
-    for algo, extra in SPLIT_ALGOS.items():
+    for label, (algo, extra) in SPLIT_ALGOS.items():
         cfg = resolve_config(algo, [*TINY, *extra])
         setup, storage = collected_rollout(cfg)
         results = []
@@ -464,7 +467,7 @@ def _rows_main(report: str) -> int:
             results.append((weights, stats, algorithm))
         (a, stats_a, one), (b, stats_b, split_) = results
         start = dict(setup.model.named_parameters())
-        out[algo] = {
+        out[label] = {
             "parameter_difference": max(float((a[k] - b[k]).abs().max()) for k in a),
             "parameter_change": max(float((a[k] - start[k]).abs().max()) for k in a),
             "loss_difference": abs(stats_a["loss"] - stats_b["loss"]),
