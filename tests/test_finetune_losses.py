@@ -16,6 +16,7 @@ from myriad.finetune.losses import (
     discriminator_bonus,
     effective_sample_size,
     kl_penalized_advantages,
+    leader_trust_region_surrogate,
     one_step_td,
     sapg_entropy_coefficients,
 )
@@ -438,3 +439,32 @@ def test_leader_trust_region_plans_the_leaders_log_probs():
     plain.prepare(plain_storage)
     plain.plan_minibatches(plain_storage, epochs)
     assert plain.off_policy.targets is not None and plain.off_policy.targets.old_log_prob is None
+
+
+@pytest.mark.parametrize("dual_clip", [None, 3.0])
+def test_leader_trust_region_surrogate_is_the_weighted_ppo_loss_and_stays_finite(dual_clip):
+    # On ordinary rows: min(pi_old / mu, c) times PPO's loss of the step ratio pi / pi_old.
+    g = torch.Generator().manual_seed(0)
+    log_prob = torch.randn(64, generator=g, dtype=torch.float64, requires_grad=True)
+    anchor = log_prob.detach() + 0.3 * torch.randn(64, generator=g, dtype=torch.float64)
+    behaviour = anchor + torch.randn(64, generator=g, dtype=torch.float64)
+    advantages = torch.randn(64, generator=g, dtype=torch.float64)
+    got = leader_trust_region_surrogate(log_prob, anchor, behaviour, advantages, 0.2, dual_clip)
+    weight = (anchor - behaviour).exp().clamp(max=1.0)
+    step = (log_prob - anchor).exp()
+    ppo = -torch.minimum(step * advantages, step.clamp(0.8, 1.2) * advantages)
+    if dual_clip is not None:
+        ppo = torch.where(advantages < 0, torch.minimum(ppo, -dual_clip * advantages), ppo)
+    torch.testing.assert_close(got, weight * ppo)
+    # A row the leader would almost never have taken (weight e^-200, underflowing to 0 in
+    # float32) whose probability then rose by e^200 (a step ratio that overflows): the loss
+    # and its gradient stay finite (w * ratio = pi / mu = 1).
+    log_prob = torch.tensor([0.0, 0.0], requires_grad=True)
+    anchor = torch.tensor([-200.0, 0.0])
+    behaviour = torch.tensor([0.0, 0.0])
+    loss = leader_trust_region_surrogate(
+        log_prob, anchor, behaviour, torch.tensor([-1.0, 1.0]), 0.2, dual_clip
+    )
+    loss.sum().backward()
+    assert torch.isfinite(loss).all() and torch.isfinite(log_prob.grad).all()
+    assert loss[0].item() == pytest.approx(0.0 if dual_clip is not None else 1.0, abs=1e-6)

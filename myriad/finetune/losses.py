@@ -79,8 +79,20 @@ def leader_trust_region_surrogate(
     the ratio ``pi / mu`` of
     :func:`dual_clipped_surrogate` pulls it towards ``mu``.
     """
-    weight = (anchor_log_prob - behaviour_log_prob).exp().clamp(max=truncation)
-    return weight * dual_clipped_surrogate(log_prob, anchor_log_prob, advantages, clip, dual_clip)
+    # In logarithms: on a row the learner would almost never take, the weight underflows to 0
+    # while its step ratio overflows, and 0 * inf is NaN; their product pi / mu does not.
+    log_weight = (anchor_log_prob - behaviour_log_prob).clamp(max=math.log(truncation))
+    log_step = log_prob - anchor_log_prob
+    unclipped = torch.exp(log_weight + log_step) * advantages
+    # The clipped ratio from clamped logarithms: a clamp of an overflowed exp passes 0 * inf.
+    bounded = log_step.clamp(math.log(1.0 - clip), math.log(1.0 + clip)).exp()
+    weight = log_weight.exp()
+    loss = -torch.minimum(unclipped, weight * bounded * advantages)
+    if dual_clip is None:
+        return loss
+    if dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    return torch.where(advantages < 0, torch.minimum(loss, -dual_clip * weight * advantages), loss)
 
 
 def masked_mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
