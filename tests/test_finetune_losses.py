@@ -468,3 +468,53 @@ def test_leader_trust_region_surrogate_is_the_weighted_ppo_loss_and_stays_finite
     loss.sum().backward()
     assert torch.isfinite(loss).all() and torch.isfinite(log_prob.grad).all()
     assert loss[0].item() == pytest.approx(0.0 if dual_clip is not None else 1.0, abs=1e-6)
+
+
+def test_cpo_leader_trust_region_reads_the_kl_penaltys_log_probs():
+    # CPO's KL penalty computes the leader's log-probabilities of every action before the
+    # targets: the trust region reads those (no second actor pass), the same values.
+    model = tiny_model()
+    sapg = SAPGConfig(off_policy_trust_region="leader")
+    algo = CPO(model, PPOConfig(gamma=0.9), sapg, CPOConfig(awac=False, adversarial=False))
+    storage = _storage([0, 1, 1, 0])
+    calls = []
+    log_prob = model.log_prob
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape[0])
+        return log_prob(*args, **kwargs)
+
+    model.log_prob = counting  # type: ignore[method-assign]
+    algo.prepare(storage)
+    algo.plan_minibatches(storage, [[torch.tensor([0, 3, 1, 2])]])
+    assert calls == [12]  # one pass over the 3 x 4 rows: the penalty's
+    targets = algo.off_policy.targets
+    assert targets is not None and targets.old_log_prob is not None
+    planned = torch.tensor([1, 2])
+    torch.testing.assert_close(
+        targets.old_log_prob[planned], storage.flat("leader_log_prob")[planned]
+    )
+
+
+@pytest.mark.parametrize("trust_region", ["behaviour", "leader"])
+def test_a_leader_unlike_its_followers_starts_inside_its_own_trust_region(trust_region):
+    # A whole update (one epoch, one minibatch) with a leader whose std differs from the
+    # followers' that acted: around the leader's own policy every off-policy row starts inside
+    # the clip; around the followers' policies most rows start outside it.
+    model = tiny_model()
+    storage = _storage([0, 1, 1, 0])
+    with torch.no_grad():
+        member = storage.member.expand(storage.num_steps, -1).reshape(-1)
+        behaviour = model.log_prob(storage.flat("obs"), member, storage.flat("actions"))
+        storage.log_probs.copy_(behaviour.view_as(storage.log_probs))
+        model.log_std[0] += 1.0  # the leader widens after the rollout
+    algo = SAPG(
+        model,
+        PPOConfig(gamma=0.9, epochs=1, minibatches=1),
+        SAPGConfig(off_policy_trust_region=trust_region),
+    )
+    stats = algo.update(storage)
+    if trust_region == "leader":
+        assert stats["off_policy_clip_fraction"] == 0.0
+    else:
+        assert stats["off_policy_clip_fraction"] > 0.5

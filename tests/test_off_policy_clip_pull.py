@@ -49,15 +49,25 @@ def monte_carlo(
     return {"mean": -float(mean.grad[0]), "log_std": -float(log_std.grad.sum())}
 
 
-@pytest.mark.parametrize("form", ["behaviour", "behaviour_dual_clip", "leader"])
-@pytest.mark.parametrize("case", pull.CASES)
+#: Every case and form but the plain clip with a follower narrower than 1/sqrt(2) of the leader,
+#: whose rows with ratios far above 1 give the gradient an infinite variance, so that no Monte
+#: Carlo check holds (the dual clip, which bounds those ratios, is checked there).
+CHECKED = [
+    (case, form)
+    for case in pull.CASES
+    for form in ("behaviour", "behaviour_dual_clip", "leader")
+    if not (form == "behaviour" and case[2] ** 2 < 0.5)
+]
+
+
+@pytest.mark.parametrize(("case", "form"), CHECKED)
 def test_quadrature_agrees_with_the_loss_functions(case, form):
     dims, offset, std = case
     row = pull.run_case(dims, offset, std)
     estimate = monte_carlo(dims, offset, std, form)
     for key in ("mean", "log_std"):
-        # 400,000 rows: the estimates' standard errors are below 0.004 in every case.
-        assert estimate[key] == pytest.approx(row[form][key], abs=0.015), (key, estimate)
+        # 400,000 rows: the estimates' standard errors are about 0.005 at most here.
+        assert estimate[key] == pytest.approx(row[form][key], abs=0.02), (key, estimate)
 
 
 def test_the_authors_clip_pulls_the_leader_towards_the_follower():

@@ -348,9 +348,11 @@ class CPO(SAPG):
         return RewardBonus(bonus, stats)
 
     def prepare(self, storage: RolloutStorage) -> dict[str, float]:
-        stats = super().prepare(storage)
+        # Before SAPG's targets, which read them (rollout_leader_log_prob); PPO's preparation
+        # changes neither the actor nor the observation statistics.
         if self.cpo.kl_penalty:
             self._leader_log_probs(storage)
+        stats = super().prepare(storage)
         self._awac_advantage = self._awac_advantages(storage) if self.cpo.awac else None
         return stats
 
@@ -371,6 +373,9 @@ class CPO(SAPG):
         super().plan_minibatches(storage, epochs)
         if self._awac_advantage is not None:
             self._write_awac_weights(storage, self._awac_advantage)
+
+    def rollout_leader_log_prob(self, storage: RolloutStorage) -> torch.Tensor | None:
+        return storage.flat("leader_log_prob") if self.cpo.kl_penalty else None
 
     @torch.no_grad()
     def _leader_log_probs(self, storage: RolloutStorage) -> None:

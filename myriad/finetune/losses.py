@@ -75,8 +75,8 @@ def leader_trust_region_surrogate(
     truncated at ``truncation`` (the trust region of GePPO, Queeney et al. 2021, arXiv
     2111.00072, in multiplicative form; the truncation of V-trace, Espeholt et al. 2018).
     Within the trust region every row passes the gradient of both signs of its advantage, so
-    advantages that say nothing about the action move the policy nowhere on average, where
-    the ratio ``pi / mu`` of
+    zero-mean advantages that say nothing about the action move the policy nowhere on average,
+    where the ratio ``pi / mu`` of
     :func:`dual_clipped_surrogate` pulls it towards ``mu``.
     """
     # In logarithms: on a row the learner would almost never take, the weight underflows to 0

@@ -105,7 +105,9 @@ class SampledLeaderTargets:
         rows: ``[R]`` time-major flat indices of the rows to compute (repeats allowed).
         log_probs: also the leader's log-probabilities of the rows' actions as the update
             begins (:attr:`old_log_prob`, for ``off_policy_trust_region="leader"``), one actor
-            pass over the ``R`` rows.
+            pass over the ``R`` rows, or read from ``rollout_log_prob``.
+        rollout_log_prob: ``[T * E]`` those of every row, when the update computed them for
+            another use (:meth:`SAPG.rollout_leader_log_prob`).
     """
 
     @torch.no_grad()
@@ -117,14 +119,18 @@ class SampledLeaderTargets:
         gamma: float,
         rows: torch.Tensor,
         log_probs: bool = False,
+        rollout_log_prob: torch.Tensor | None = None,
     ) -> None:
         obs, next_obs = transitions(storage)
         r = rows.shape[0]
         #: ``[T * E]`` the leader's log-probabilities of the planned rows (NaN elsewhere), or None.
         self.old_log_prob: torch.Tensor | None = None
         if log_probs:
-            actions = storage.flat("actions").index_select(0, rows)
-            log_prob = model.log_prob(obs.index_select(0, rows), leader, actions)
+            if rollout_log_prob is not None:
+                log_prob = rollout_log_prob.index_select(0, rows)
+            else:
+                actions = storage.flat("actions").index_select(0, rows)
+                log_prob = model.log_prob(obs.index_select(0, rows), leader, actions)
             self.old_log_prob = log_prob.new_full((obs.shape[0],), math.nan)
             self.old_log_prob.index_copy_(0, rows, log_prob)
         values = model.value(
@@ -174,13 +180,13 @@ class SAPGConfig:
             ``"behaviour"`` (default, the authors'): ``pi_L / pi_f_old`` clipped at
             ``1 +- clip``. On rows where that ratio is already outside the clip, only the
             advantages of one sign pass a gradient, those that move ``pi_L`` towards ``pi_f``:
-            with advantages that carry no information about the action the leader is still
-            pulled towards the followers' action distributions, wider when they are wider
-            (docs/algorithms.md §6). ``"leader"``: the ratio ``pi_L / pi_L_old`` to the leader
+            with zero-mean advantages that carry no information about the action the leader is
+            still pulled towards the followers' action distributions, wider when they are
+            wider (docs/algorithms.md §6). ``"leader"``: the ratio ``pi_L / pi_L_old`` to the leader
             as the update begins, clipped at ``1 +- clip``, each row weighted by
             ``min(pi_L_old / pi_f_old, off_policy_truncation)`` (the trust region of GePPO,
             Queeney et al. 2021, with a truncated importance weight as in V-trace): no pull
-            from uninformative advantages.
+            from zero-mean advantages that carry no information about the action.
         off_policy_truncation: the cap of that importance weight (``"leader"`` only).
         off_policy_normalize: normalise the one-step advantages over the minibatch's follower
             rows. Off by default: the leader's critic has not been trained on the followers'
@@ -226,8 +232,9 @@ class SAPGConfig:
     )
     off_policy_trust_region: str = setting(
         "behaviour",
-        help="behaviour: clip pi_L / pi_follower (the authors') | leader: clip pi_L / pi_L at "
-        "the update's start, rows weighted by min(pi_L / pi_follower, truncation)",
+        help="behaviour: clip pi_L / pi_follower (the authors') | leader: clip pi_L / pi_L_old "
+        "(the leader at the update's start), rows weighted by min(pi_L_old / pi_follower, "
+        "truncation)",
         check=one_of(*TRUST_REGIONS),
     )
     off_policy_truncation: float = setting(
@@ -276,7 +283,9 @@ class LeaderOffPolicyTerm:
         trust_region: ``"behaviour"`` or ``"leader"``, see :class:`SAPGConfig`.
         truncation: the cap of the importance weight with ``trust_region="leader"``.
 
-    Stats: ``off_policy_loss``, ``off_policy_value_loss``, ``off_policy_clip_fraction`` and
+    Stats: ``off_policy_loss``, ``off_policy_value_loss``, ``off_policy_clip_fraction`` (the
+    fraction of the rows whose clipped ratio lies outside ``1 +- clip``: ``pi_L / pi_f_old``
+    with ``trust_region="behaviour"``, ``pi_L / pi_L_old`` with ``"leader"``) and
     ``leader_ess``, the normalised effective sample size ``(sum w)^2 / (n sum w^2)`` of the
     weights ``w = pi_L / pi_f_old`` on the minibatch's follower rows.
     """
@@ -495,6 +504,12 @@ class SAPG(FinetuneAlgorithm):
             self._store_leader_targets(storage)
         return stats
 
+    def rollout_leader_log_prob(self, storage: RolloutStorage) -> torch.Tensor | None:
+        """``[T * E]`` the leader's log-probabilities of every row's action as this update
+        begins, when the update computed them for another use before :meth:`prepare`'s
+        targets (CPO's KL penalty), else None."""
+        return None
+
     def samples_leader_targets(self, storage: RolloutStorage) -> bool:
         """Whether the leader's targets are computed for the sampled follower rows only
         (:class:`SampledLeaderTargets`) rather than stored for every row: when the off-policy
@@ -525,6 +540,7 @@ class SAPG(FinetuneAlgorithm):
                 self.config.gamma,
                 planned,
                 log_probs=self.off_policy.trust_region == "leader",
+                rollout_log_prob=self.rollout_leader_log_prob(storage),
             )
         if self.sapg.advantages == "augmented":
             groups = self.advantage_groups(storage, planned, len(epochs))
@@ -583,6 +599,8 @@ class SAPG(FinetuneAlgorithm):
         ensure_field(storage, "leader_td_advantage").view(-1).copy_(advantage)
         ensure_field(storage, "leader_td_target").view(-1).copy_(target)
         if self.off_policy.trust_region == "leader":
-            obs, actions = storage.flat("obs"), storage.flat("actions")
-            log_prob = self.model.log_prob(obs, self.leader, actions)
+            log_prob = self.rollout_leader_log_prob(storage)
+            if log_prob is None:
+                obs, actions = storage.flat("obs"), storage.flat("actions")
+                log_prob = self.model.log_prob(obs, self.leader, actions)
             ensure_field(storage, "leader_old_log_prob").view(-1).copy_(log_prob)
