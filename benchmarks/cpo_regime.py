@@ -403,11 +403,26 @@ TRACE_KEYS = (
 TRACES = Path("benchmarks/results/cpo_regime_traces")
 
 
+#: Episodes per member of a trace's evaluation of the final policies.
+TRACE_EPISODES = 64
+
+
+def final_success(last: Path, deterministic: bool) -> list[float]:
+    """Each member's success rate over :data:`TRACE_EPISODES` episodes of the checkpoint
+    ``last`` (``myriad eval``'s evaluation: fresh envs, the run's evaluation seed), acting with
+    the policy means or sampling as in training."""
+    from myriad.tools.evaluate import evaluate_run
+
+    result = evaluate_run(last, episodes=TRACE_EPISODES, deterministic=deterministic)
+    return [float(row["success"]["mean"]) for row in result["members"]]
+
+
 def trace(run_dir: Path, out: Path | None = None) -> Path:
     """Write the per-iteration training statistics of one run (:data:`TRACE_KEYS`, from its
-    last checkpoint's history) and each member's final log std to ``out`` (default
-    ``<TRACES>/<tag>/<algo>-seed<k>.json``): what its record's curves do not show, such as a
-    leader that learned a route and lost it."""
+    last checkpoint's history), each member's final log std and each member's final success
+    with mean and with sampled actions to ``out`` (default ``<TRACES>/<tag>/<algo>-seed<k>.json``):
+    what its record's curves do not show, such as a leader that learned a route and lost it,
+    or a wide policy whose sampled actions reach the goal where its mean actions do not."""
     last = latest_checkpoint(run_dir / "checkpoints")
     if last is None:
         raise SystemExit(f"{run_dir} has no checkpoint; pass a run folder of this benchmark")
@@ -423,6 +438,11 @@ def trace(run_dir: Path, out: Path | None = None) -> Path:
             # How wide each member's policy ended: its state-independent log std, averaged over
             # the action dimensions.
             "final_log_std_per_member": state["state"]["model"]["log_std"].mean(-1).tolist(),
+            "final_success_per_member": {
+                "episodes": TRACE_EPISODES,
+                "mean_actions": final_success(last, deterministic=True),
+                "sampled_actions": final_success(last, deterministic=False),
+            },
             "series": {k: v for k, v in sorted(history.items()) if k.startswith(TRACE_KEYS)},
         },
     )

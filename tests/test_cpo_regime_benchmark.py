@@ -139,6 +139,12 @@ def test_a_small_variant_run_writes_its_own_record(tmp_path: Path, variant: str)
     assert set(traced["series"]) == {k for k in history if k.startswith(cpo_regime.TRACE_KEYS)}
     for key in ("episode/success/member_0", "train/leader_ess", "eval/leader_success"):
         assert traced["series"][key] == [list(p) for p in history[key]]
+    # Every member's final success with mean and with sampled actions (myriad eval's rollout).
+    final = traced["final_success_per_member"]
+    assert final["episodes"] == cpo_regime.TRACE_EPISODES
+    for mode in ("mean_actions", "sampled_actions"):
+        assert len(final[mode]) == log_std.shape[0]
+        assert all(0.0 <= v <= 1.0 for v in final[mode])
 
 
 def test_a_variant_is_refused_where_it_cannot_apply(capsys: pytest.CaptureFixture[str]) -> None:
