@@ -100,7 +100,7 @@ GOAL_AT_START = ["+env.options.goal=[6.5,6.5]", "+env.options.goal_radius=1.5"]
     ("algo", "goal", "success"), [("sapg", GOAL_AT_START, 1.0), ("ppo", [], 0.0)]
 )
 def test_run_folder_and_diagnostics(tmp_path, algo, goal, success):
-    r = runner(tmp_path, algo, "run", f"plots={algo == 'sapg'}", *goal)
+    r = runner(tmp_path, algo, "run", f"plots={algo == 'sapg'}", "eval.sampled=true", *goal)
     r.learn(2)
     summary = r.finish()
     r.close()
@@ -109,6 +109,10 @@ def test_run_folder_and_diagnostics(tmp_path, algo, goal, success):
     assert written["algo"] == algo
     assert written["final_eval"] == summary["final_eval"]
     assert written["final_eval"]["eval/leader_success"] == success
+    # eval.sampled: the same evaluation with sampled actions (a goal at the start, or out of
+    # reach, gives the same success either way).
+    assert written["final_eval"]["eval/leader_success_sampled"] == success
+    assert "eval/population_success_sampled" in written["final_eval"]
     assert summary["scalars"]["episode/success"] == success
     assert (folder / "config.yaml").is_file()
     assert (folder / "checkpoints" / "iter_000002.pt").is_file()

@@ -358,3 +358,40 @@ def test_runner_logs_solutions_and_robustness(tmp_path, algo, capsys):
     text = capsys.readouterr().out
     assert f"distinct solutions (population)  {SIZES[algo]}" in text.replace("   ", "  ")
     assert "best member 100% -> 100%, leader 100% -> 100%" in text
+
+
+def test_sampled_evaluation_scores_the_sampled_actions(tmp_path):
+    # eval.sampled: the same envs with sampled actions. A policy with a negligible std acts as
+    # its mean does; a leader at the widest std (log std 2, the bound) random-walks, and some
+    # of its episodes miss the goal that its mean reaches in every one.
+    path = tmp_path / "pillar.txt"
+    path.write_text(PILLAR)
+    options = {"layout": str(path), **PILLAR_OPTIONS}
+
+    def make_env(n, **overrides):
+        return make("nav", n, **{**options, **overrides})
+
+    probe = make_env(1)
+    population = {
+        "size": 2,
+        "parameterization": "shared_trunk",
+        "actor_hidden": [8],
+        "critic_hidden": [8],
+        "normalize_obs": False,
+    }
+    model = build_population(population, probe.obs_dim, probe.action_dim)
+    constant_policy(model, CONSTANT_ACTIONS)
+    evaluator = PopulationEvaluator(make_env, 2, seed=3, regions=RegionMap.for_env(probe))
+    with torch.no_grad():
+        model.log_std.fill_(-20.0)
+    mean = evaluator.evaluate(model, leader=0, episodes=8).scalars
+    narrow = evaluator.sampled(model, leader=0, episodes=8)
+    assert narrow["eval/leader_success_sampled"] == mean["eval/leader_success"] == 1.0
+    assert narrow["eval/population_success_sampled"] == 1.0
+    assert narrow["eval/leader_return_sampled"] == pytest.approx(mean["eval/leader_return"])
+    with torch.no_grad():
+        model.log_std[0].fill_(3.0)
+    wide = evaluator.sampled(model, leader=0, episodes=8)
+    assert evaluator.evaluate(model, leader=0, episodes=8).scalars["eval/leader_success"] == 1.0
+    assert wide["eval/leader_success_sampled"] < 1.0
+    assert wide["eval/population_success_sampled"] == 1.0  # member 1, still narrow

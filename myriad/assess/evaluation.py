@@ -295,6 +295,26 @@ class PopulationEvaluator:
             batch,
         )
 
+    def sampled(self, model: PopulationActorCritic, leader: int, episodes: int) -> dict[str, float]:
+        """Every member for ``episodes`` episodes with sampled actions, as in training, in one
+        batched rollout of the same envs: ``eval/leader_return_sampled`` and, where the env
+        reports success, ``eval/leader_success_sampled`` and ``eval/population_success_sampled``.
+        A wide policy's mean action can fail where its samples succeed (docs/finetune.md)."""
+        batch = rollout_members(
+            model,
+            self.make_env,
+            list(range(self.num_members)),
+            episodes,
+            deterministic=False,
+            seed=self.seed,
+        )
+        scores = batch.scores(self.num_members)
+        scalars = {"eval/leader_return_sampled": float(scores.returns[leader])}
+        if batch.has_success:
+            scalars["eval/leader_success_sampled"] = float(scores.success[leader])
+            scalars["eval/population_success_sampled"] = float(scores.success.max())
+        return scalars
+
     def robustness(
         self,
         model: PopulationActorCritic,

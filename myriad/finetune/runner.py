@@ -232,9 +232,13 @@ class FinetuneRunner(OnPolicyRunner):
         rollout (:class:`PopulationEvaluator`): the leader's success rate and mean return
         (``eval/leader_success``, ``eval/leader_return``), the best member's success rate
         (``eval/population_success``) and the number of distinct solutions
-        (``eval/distinct_solutions``)."""
+        (``eval/distinct_solutions``); with ``eval.sampled``, the same rates and return with
+        sampled actions (``eval/*_sampled``)."""
         self.last_evaluation = self.evaluator.evaluate(self.model, self.leader, episodes)
-        return dict(self.last_evaluation.scalars)
+        scalars = dict(self.last_evaluation.scalars)
+        if self.config["eval"].get("sampled", False):
+            scalars.update(self.evaluator.sampled(self.model, self.leader, episodes))
+        return scalars
 
     # ---------------------------------------------------------------- results
 

@@ -82,6 +82,10 @@ class FinetuneEvalSettings:
         help="block_leader_route: evaluate again with the leader's route walled off",
         check=one_of(*PERTURBATIONS),
     )
+    sampled: bool = setting(
+        False,
+        help="also evaluate with sampled actions, as in training (eval/*_sampled)",
+    )
 
 
 @dataclass
