@@ -250,7 +250,9 @@ def constant_policy(model, actions: list[list[float]]) -> None:
         head.bias.copy_(torch.tensor(actions))
 
 
-def test_evaluator_counts_routes_and_walls_off_the_leaders(tmp_path):
+def pillar_population(tmp_path):
+    """The pillar layout's env factory, one env of it, and two members with the constant
+    policies of :data:`CONSTANT_ACTIONS` (member 0 by the top route, member 1 by the left)."""
     path = tmp_path / "pillar.txt"
     path.write_text(PILLAR)
     options = {"layout": str(path), **PILLAR_OPTIONS}
@@ -268,6 +270,11 @@ def test_evaluator_counts_routes_and_walls_off_the_leaders(tmp_path):
     }
     model = build_population(population, probe.obs_dim, probe.action_dim)
     constant_policy(model, CONSTANT_ACTIONS)
+    return make_env, probe, model
+
+
+def test_evaluator_counts_routes_and_walls_off_the_leaders(tmp_path):
+    make_env, probe, model = pillar_population(tmp_path)
     evaluator = PopulationEvaluator(
         make_env, 2, seed=3, regions=RegionMap.for_env(probe), perturb="block_leader_route"
     )
@@ -364,23 +371,7 @@ def test_sampled_evaluation_scores_the_sampled_actions(tmp_path):
     # eval.sampled: the same envs with sampled actions. A policy with a negligible std acts as
     # its mean does; a leader at the widest std (log std 2, the bound) random-walks, and some
     # of its episodes miss the goal that its mean reaches in every one.
-    path = tmp_path / "pillar.txt"
-    path.write_text(PILLAR)
-    options = {"layout": str(path), **PILLAR_OPTIONS}
-
-    def make_env(n, **overrides):
-        return make("nav", n, **{**options, **overrides})
-
-    probe = make_env(1)
-    population = {
-        "size": 2,
-        "parameterization": "shared_trunk",
-        "actor_hidden": [8],
-        "critic_hidden": [8],
-        "normalize_obs": False,
-    }
-    model = build_population(population, probe.obs_dim, probe.action_dim)
-    constant_policy(model, CONSTANT_ACTIONS)
+    make_env, probe, model = pillar_population(tmp_path)
     evaluator = PopulationEvaluator(make_env, 2, seed=3, regions=RegionMap.for_env(probe))
     with torch.no_grad():
         model.log_std.fill_(-20.0)
