@@ -49,11 +49,24 @@ def dual_clipped_surrogate(
     """
     ratio = torch.exp(log_prob - old_log_prob)
     loss = -torch.minimum(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
+    return bound_negative_advantages(loss, advantages, dual_clip)
+
+
+def bound_negative_advantages(
+    loss: torch.Tensor,
+    advantages: torch.Tensor,
+    dual_clip: float | None,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The dual clip of Ye et al. (2020): a negative-advantage row's loss ``[N]`` bounded at
+    ``dual_clip * |A|`` (times the row's ``weight [N]`` when the loss is weighted); ``loss``
+    unchanged with ``dual_clip=None``."""
     if dual_clip is None:
         return loss
     if dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    return torch.where(advantages < 0, torch.minimum(loss, -dual_clip * advantages), loss)
+    bound = -dual_clip * advantages if weight is None else -dual_clip * weight * advantages
+    return torch.where(advantages < 0, torch.minimum(loss, bound), loss)
 
 
 def leader_trust_region_surrogate(
@@ -88,11 +101,7 @@ def leader_trust_region_surrogate(
     bounded = log_step.clamp(math.log(1.0 - clip), math.log(1.0 + clip)).exp()
     weight = log_weight.exp()
     loss = -torch.minimum(unclipped, weight * bounded * advantages)
-    if dual_clip is None:
-        return loss
-    if dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    return torch.where(advantages < 0, torch.minimum(loss, -dual_clip * weight * advantages), loss)
+    return bound_negative_advantages(loss, advantages, dual_clip, weight)
 
 
 def masked_mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
