@@ -96,3 +96,46 @@ def test_junit_counts_and_one_line_errors(tmp_path: Path) -> None:
     assert counts["skip_reasons"] == ["tests.test_b::test_cuda: needs CUDA"]
     assert gpu.one_line(ValueError("first\nsecond")) == "ValueError: first"
     assert len(gpu.one_line(RuntimeError("x" * 1000))) == 300
+
+
+def test_the_json_holds_each_finished_stage_before_the_next_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check killed by a node's time limit keeps what it finished: while the second stage
+    runs, the file already holds the first, marked incomplete."""
+    out = tmp_path / "gpu.json"
+    seen: dict[str, object] = {}
+
+    def second_stage(check: gpu.Check) -> dict[str, object]:
+        seen.update(json.loads(out.read_text()))
+        return {}
+
+    monkeypatch.setitem(gpu.STAGE_FUNCTIONS, "knn", second_stage)
+    status = gpu.main(["--device", "cpu", "--small", "--stages", "nav_envs,knn", "--out", str(out)])
+    assert seen["complete"] is False and list(seen["stages"]) == ["nav_envs"]  # type: ignore[arg-type]
+    final = json.loads(out.read_text())
+    assert (
+        status == 0 and final["complete"] is True and list(final["stages"]) == ["nav_envs", "knn"]
+    )
+
+
+def test_cpo_starts_fresh_when_the_pretrain_stage_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One device run finds the finetuning path's faults even when pretraining has one; the
+    failed stage keeps its whole traceback for a node whose JSON is all that comes back."""
+
+    def broken_pretrain(check: gpu.Check) -> dict[str, object]:
+        raise ValueError("broken on purpose")
+
+    monkeypatch.setitem(gpu.STAGE_FUNCTIONS, "pretrain", broken_pretrain)
+    out = tmp_path / "gpu.json"
+    status = gpu.main(
+        ["--device", "cpu", "--small", "--stages", "pretrain,cpo_finetune", "--out", str(out)]
+    )
+    stages = json.loads(out.read_text())["stages"]
+    assert status == 1 and stages["pretrain"]["error"] == "ValueError: broken on purpose"
+    assert "in broken_pretrain" in stages["pretrain"]["traceback"]
+    finetune = stages["cpo_finetune"]
+    assert finetune["status"] == "ok", finetune["error"]
+    assert finetune["figures"]["init"] == "fresh (the pretrain stage failed)"

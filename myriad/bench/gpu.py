@@ -543,11 +543,13 @@ def stage_cpo_finetune(check: Check) -> dict[str, Any]:
     """CPO finetuning on the device, initialised from the ``pretrain`` stage's run."""
     from myriad.finetune import finetune
 
-    if check.pretrain_run is None:
+    if check.pretrain_run is None and "pretrain" not in check.results:
         raise RuntimeError(
             "CPO finetunes the pretrain stage's run, and that stage did not produce one "
             "(include pretrain in --stages)"
         )
+    # When the pretrain stage ran and failed, the members start fresh: the finetuning path
+    # on the device is still checked, and the record says it was not initialised.
     s = check.sizes
     overrides = [
         f"device={check.device}",
@@ -562,6 +564,9 @@ def stage_cpo_finetune(check: Check) -> dict[str, Any]:
     )
     final = summary.get("final_eval") or {}
     return {
+        "init": "pretrain stage's run"
+        if check.pretrain_run
+        else "fresh (the pretrain stage failed)",
         "num_envs": s.finetune_envs,
         "iterations": s.finetune_iterations,
         "steps_per_s": summary["steps_per_second"],
@@ -647,36 +652,55 @@ def run_stage(check: Check, name: str) -> dict[str, Any]:
     except StageFailed as exc:
         record.update(status="failed", figures=exc.figures, error=one_line(exc))
     except Exception as exc:  # any error of one stage is that stage's result
-        record.update(status="failed", error=one_line(exc))
+        # The whole traceback too: from an offline node the JSON may be all that comes back.
+        record.update(
+            status="failed", error=one_line(exc), traceback=traceback.format_exc()[-6000:]
+        )
     record["seconds"] = time.perf_counter() - start
     check.results[name] = record
     return record
 
 
 def run_check(
-    device: str, sizes: Sizes, stages: list[str], workdir: Path, offline: bool = False
+    device: str,
+    sizes: Sizes,
+    stages: list[str],
+    workdir: Path,
+    offline: bool = False,
+    out: Path | None = None,
 ) -> dict[str, Any]:
-    """Run ``stages`` in order on ``device``; the JSON payload."""
+    """Run ``stages`` in order on ``device``; the JSON payload.
+
+    With ``out``, the payload so far is written there after every stage (``complete`` false
+    until the last), so a check stopped by a node's time limit keeps the stages it finished.
+    """
     check = Check(device, sizes, workdir, offline)
     load_start = [round(v, 2) for v in os.getloadavg()]
     started = time.perf_counter()
-    for name in stages:
+
+    def payload(complete: bool) -> dict[str, Any]:
+        failed = [n for n, r in check.results.items() if r["status"] == "failed"]
+        return {
+            "benchmark": "gpu-check",
+            "machine": machine_info(device),
+            "load_average_start": load_start,
+            "sizes": asdict(sizes),
+            "complete": complete,
+            "ok": not failed,
+            "failed": failed,
+            "skipped": [n for n, r in check.results.items() if r["status"] == "skipped"],
+            "offline": offline,
+            "seconds": time.perf_counter() - started,
+            "stages": check.results,
+        }
+
+    for index, name in enumerate(stages):
         record = run_stage(check, name)
         line = f"{name}: {record['status']} ({record['seconds']:.1f} s)"
         print(line if record["error"] is None else f"{line}: {record['error']}", flush=True)
-    failed = [n for n, r in check.results.items() if r["status"] == "failed"]
-    return {
-        "benchmark": "gpu-check",
-        "machine": machine_info(device),
-        "load_average_start": load_start,
-        "sizes": asdict(sizes),
-        "ok": not failed,
-        "failed": failed,
-        "skipped": [n for n, r in check.results.items() if r["status"] == "skipped"],
-        "offline": offline,
-        "seconds": time.perf_counter() - started,
-        "stages": check.results,
-    }
+        if out is not None:
+            write_json(out, payload(complete=index == len(stages) - 1))
+    return payload(complete=True)
 
 
 def _parse_stages(text: str) -> list[str]:
@@ -713,13 +737,13 @@ def main(argv: list[str] | None = None) -> int:
         print("myriad bench gpu: no CUDA device on this machine, nothing to check")
         return 0
     sizes = SMALL if args.small else Sizes()
+    out = args.out or Path("benchmarks/results") / f"gpu-{device_slug(args.device)}.json"
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
-        payload = run_check(args.device, sizes, args.stages, args.keep, args.offline)
+        payload = run_check(args.device, sizes, args.stages, args.keep, args.offline, out)
     else:
         with tempfile.TemporaryDirectory(prefix="myriad-gpu-check-") as tmp:
-            payload = run_check(args.device, sizes, args.stages, Path(tmp), args.offline)
-    out = args.out or Path("benchmarks/results") / f"gpu-{device_slug(args.device)}.json"
+            payload = run_check(args.device, sizes, args.stages, Path(tmp), args.offline, out)
     path = write_json(out, payload)
     verdict = "all stages passed" if payload["ok"] else f"failed: {', '.join(payload['failed'])}"
     print(f"GPU check {verdict} in {payload['seconds']:.0f} s; results written to {path}")
