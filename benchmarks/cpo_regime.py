@@ -19,6 +19,11 @@ where it stopped:
     # one run's per-iteration training statistics (each member's success, the leader's
     # off-policy diagnostics), beside its record
     python benchmarks/cpo_regime.py trace runs/bench/cpo_regime/three-routes-b6x4096/cpo-seed2
+    # the same runs on two machines (a GPU's against the CPU's): outcome and speed per run
+    python benchmarks/cpo_regime.py compare \
+        benchmarks/results/cpo_regime_h200/three-routes-b6x4096 \
+        benchmarks/results/cpo_regime/three-routes-b6x4096 \
+        --out benchmarks/results/cpo_regime_h200/vs_cpu.json
     # aggregate whatever runs have finished into one JSON + PNG
     python benchmarks/cpo_regime.py summarize benchmarks/results/cpo_regime/maze-far-b6x4096
 
@@ -480,6 +485,42 @@ def summarize(folder: Path, reps: int) -> dict[str, Any]:
     return out
 
 
+def compare(folder: Path, reference: Path, out: Path) -> dict[str, Any]:
+    """The runs of ``folder`` against the same algorithm and seed in ``reference`` (e.g. one
+    machine's runs against another's): per run both outcomes, both speeds and their ratio, and
+    how many runs end alike (final success both above or both below one half)."""
+    rows = []
+    for path in sorted(folder.glob("*-seed*.json")):
+        other = reference / path.name
+        if not other.exists():
+            continue
+        a, b = json.loads(path.read_text()), json.loads(other.read_text())
+        rows.append(
+            {
+                "run": path.stem,
+                "final_success": [a["final_success"], b["final_success"]],
+                "auc_success": [round(a["auc_success"], 3), round(b["auc_success"], 3)],
+                "steps_per_second": [round(a["steps_per_second"]), round(b["steps_per_second"])],
+                "speedup": round(a["steps_per_second"] / b["steps_per_second"], 1),
+                "same_outcome": (a["final_success"] > 0.5) == (b["final_success"] > 0.5),
+                "commits": [a["commit"], b["commit"]],
+            }
+        )
+    if not rows:
+        raise SystemExit(f"no run of {folder} has a counterpart in {reference}")
+    result = {
+        "benchmark": "cpo_regime_compare",
+        "folder": str(folder),
+        "reference": str(reference),
+        "runs": rows,
+        "same_outcome": sum(r["same_outcome"] for r in rows),
+        "compared": len(rows),
+    }
+    path = write_json(out, result)
+    print(f"{result['same_outcome']} of {len(rows)} runs end alike; wrote {path}")
+    return result
+
+
 def plot(summary: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -553,7 +594,14 @@ def main(argv: list[str] | None = None) -> int:
         "run_dir", type=Path, help="a run folder, e.g. runs/bench/cpo_regime/<tag>/cpo-seed2"
     )
     tr.add_argument("--out", type=Path, help=f"default: {TRACES}/<tag>/<run>.json")
+    cmp = sub.add_parser("compare", help="one folder's runs against the same runs elsewhere")
+    cmp.add_argument("folder", type=Path)
+    cmp.add_argument("reference", type=Path)
+    cmp.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        compare(args.folder, args.reference, args.out)
+        return 0
     if args.command == "trace":
         trace(args.run_dir, args.out)
         return 0

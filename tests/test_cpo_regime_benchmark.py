@@ -319,6 +319,34 @@ def test_summary_of_hand_made_runs(tmp_path: Path) -> None:
         cpo_regime.summarize(tmp_path / "empty", reps=10)
 
 
+def test_compare_pairs_runs_by_name_and_counts_like_outcomes(tmp_path: Path) -> None:
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    fast.mkdir(), slow.mkdir()
+    for folder, finals, speed in ((fast, (1.0, 0.0, 1.0), 600.0), (slow, (1.0, 1.0), 20.0)):
+        for seed, final in enumerate(finals):
+            record = {**_record("cpo", seed, final, [final] * 4), "steps_per_second": speed}
+            (folder / f"cpo-seed{seed}.json").write_text(json.dumps(record))
+    result = cpo_regime.compare(fast, slow, tmp_path / "cmp.json")
+    # Seed 2 has no counterpart; seed 1 ends otherwise (0 against 1).
+    assert [r["run"] for r in result["runs"]] == ["cpo-seed0", "cpo-seed1"]
+    assert [r["same_outcome"] for r in result["runs"]] == [True, False]
+    assert result["same_outcome"] == 1 and result["compared"] == 2
+    assert result["runs"][0]["speedup"] == 30.0
+    assert json.loads((tmp_path / "cmp.json").read_text()) == result
+    with pytest.raises(SystemExit, match="no run of"):
+        cpo_regime.compare(fast, tmp_path / "nowhere", tmp_path / "x.json")
+
+
+def test_committed_comparison_on_the_gpu_matches_its_runs(tmp_path: Path) -> None:
+    """The H200 runs against the CPU's (docs/evidence/finetune.md) as the records say now."""
+    committed = ROOT / "benchmarks" / "results" / "cpo_regime_h200" / "vs_cpu.json"
+    saved = json.loads(committed.read_text())
+    again = cpo_regime.compare(
+        ROOT / saved["folder"], ROOT / saved["reference"], tmp_path / "again.json"
+    )
+    assert again["runs"] == saved["runs"], f"rerun the compare command in {committed.name}"
+
+
 def _run_folders() -> list[Path]:
     """Every folder of run records under the results (superseded ones included)."""
     return sorted({p.parent for p in RESULTS.rglob("*-seed*.json")})
