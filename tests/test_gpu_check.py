@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from myriad.bench import gpu
+from myriad.utils.threads import search_threads
 
 CHEAP_STAGES = "nav_envs,pretrain,knn,cpo_finetune"
 
@@ -34,7 +35,10 @@ def test_without_a_gpu_the_command_prints_one_line_and_exits_0(tmp_path: Path) -
 
 def test_stages_on_cpu_write_every_stage_record(tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
+    threads = torch.get_num_threads()
     status = gpu.main(["--device", "cpu", "--small", "--stages", CHEAP_STAGES, "--out", str(out)])
+    # The k-NN reference ran on every core, and the learner's thread count is back.
+    assert torch.get_num_threads() == threads
     payload = json.loads(out.read_text())
     assert status == 0 and payload["ok"] and payload["failed"] == []
     assert list(payload["stages"]) == CHEAP_STAGES.split(",")
@@ -51,6 +55,7 @@ def test_stages_on_cpu_write_every_stage_record(tmp_path: Path) -> None:
     assert len(runs) == len(gpu.SMALL.knn_states) * len(gpu.SMALL.knn_dims)
     # faiss on the same device and data as the reference: the same exact neighbours.
     assert all(r["recall"] == 1.0 and r["max_distance_error"] < 1e-5 for r in runs)
+    assert stages["knn"]["figures"]["cpu_threads"] == search_threads()
     assert stages["cpo_finetune"]["figures"]["steps_per_s"] > 0
 
 

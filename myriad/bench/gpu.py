@@ -41,7 +41,8 @@ import tempfile
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -51,6 +52,7 @@ import torch
 
 from myriad.bench.common import machine_info, write_json
 from myriad.utils.commandline import ArgumentParser
+from myriad.utils.threads import search_threads
 
 STAGES = (
     "cuda_tests",
@@ -256,6 +258,17 @@ def junit_counts(path: Path) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the block with ``threads`` torch intra-op threads, then restore the count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def stage_nav_envs(check: Check) -> dict[str, Any]:
     """Env-steps/s of the navigation envs at ``sizes.nav_envs`` envs."""
     from myriad.bench.envs import time_env
@@ -389,6 +402,8 @@ def stage_knn(check: Check) -> dict[str, Any]:
 
     s = check.sizes
     on_device, reference = knn_backends()
+    # The reference runs on every core the process may use, as pretraining's searches do.
+    cpu_threads = search_threads()
     if not check.cuda:
         on_device = reference  # the same search on the same device: the plumbing only
     gen = torch.Generator().manual_seed(0)
@@ -401,7 +416,8 @@ def stage_knn(check: Check) -> dict[str, Any]:
             queries = min(n, s.knn_reference_queries)
             start = time.perf_counter()
             # The reference set includes each query itself: ask for k + 1 and drop it by index.
-            ref = knn(points[:queries], s.knn_k + 1, points, backend=reference)
+            with torch_threads(cpu_threads):
+                ref = knn(points[:queries], s.knn_k + 1, points, backend=reference)
             cpu_seconds = time.perf_counter() - start
             own = torch.arange(queries).unsqueeze(1)
             keep = ref.indices != own
@@ -430,6 +446,7 @@ def stage_knn(check: Check) -> dict[str, Any]:
         "faiss_gpu": faiss_gpu_available(),
         "device_backend": on_device,
         "cpu_backend": reference,
+        "cpu_threads": cpu_threads,
         "runs": runs,
     }
     if worst < MIN_EXACT_RECALL:
