@@ -4,9 +4,29 @@ mean of each variant's scores with 95% stratified bootstrap confidence intervals
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+
+#: Seed of every bootstrap: an interval depends only on its own scores, not on what was
+#: resampled before it in the same process (a report regenerated with one more cell keeps the
+#: intervals of the others).
+BOOTSTRAP_SEED = 0
+
+
+@contextmanager
+def seeded_bootstrap() -> Iterator[None]:
+    """Run the block with NumPy's global generator seeded with ``BOOTSTRAP_SEED``, then restore
+    its state: rliable's stratified bootstrap draws its resamples from ``np.random.choice`` and
+    ignores its ``random_state`` argument (rliable 1.2 with arch 7.2)."""
+    state = np.random.get_state()
+    np.random.seed(BOOTSTRAP_SEED)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
 
 
 def iqm_and_mean(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict[str, Any]]:
@@ -18,7 +38,13 @@ def iqm_and_mean(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict[str
     def both(x: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x)])
 
-    points, intervals = rly.get_interval_estimates(scores, both, reps=reps)
+    points, intervals = {}, {}
+    for name, values in scores.items():
+        # One variant at a time, each from the same seed: its interval does not depend on the
+        # other variants in the call.
+        with seeded_bootstrap():
+            point, interval = rly.get_interval_estimates({name: values}, both, reps=reps)
+        points[name], intervals[name] = point[name], interval[name]
     return {
         name: {
             "iqm": float(points[name][0]),
@@ -42,7 +68,8 @@ def iqm_curve(values: np.ndarray, reps: int) -> tuple[np.ndarray, np.ndarray, np
     def per_point(x: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(x[:, [j]]) for j in range(x.shape[1])])
 
-    point, interval = rly.get_interval_estimates({"x": values}, per_point, reps=reps)
+    with seeded_bootstrap():
+        point, interval = rly.get_interval_estimates({"x": values}, per_point, reps=reps)
     return point["x"], interval["x"][0], interval["x"][1]
 
 
