@@ -485,23 +485,50 @@ def summarize(folder: Path, reps: int) -> dict[str, Any]:
     return out
 
 
+def _device_free(overrides: list[str]) -> list[str]:
+    return [o for o in overrides if not o.startswith("device=")]
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the checkout when it is inside it (records stay valid elsewhere)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 def compare(folder: Path, reference: Path, out: Path) -> dict[str, Any]:
-    """The runs of ``folder`` against the same algorithm and seed in ``reference`` (e.g. one
-    machine's runs against another's): per run both outcomes, both speeds and their ratio, and
-    how many runs end alike (final success both above or both below one half)."""
-    rows = []
+    """The runs of ``folder`` against the same runs in ``reference`` (e.g. one machine's against
+    another's): per run both final successes, both areas under the success curve, both speeds
+    and their ratio, and how many runs end alike (final success both above or both below one
+    half). A pair must have the same task, budget, envs, config and overrides (``device=``
+    aside); a run without its counterpart is listed under ``unmatched``."""
+    rows, unmatched = [], []
     for path in sorted(folder.glob("*-seed*.json")):
         other = reference / path.name
         if not other.exists():
+            unmatched.append(path.stem)
             continue
         a, b = json.loads(path.read_text()), json.loads(other.read_text())
+        if score_of(a["task"]) != "success":
+            raise SystemExit(
+                f"{path}: compare counts outcomes by success, and {a['task']} is scored by return"
+            )
+        for key in ("task", "env_steps", "num_envs", "config"):
+            if a[key] != b[key]:
+                raise SystemExit(f"{path.name}: {key} differs ({a[key]} against {b[key]})")
+        if _device_free(a["overrides"]) != _device_free(b["overrides"]):
+            raise SystemExit(f"{path.name}: the runs' overrides differ beyond device=")
         rows.append(
             {
                 "run": path.stem,
                 "final_success": [a["final_success"], b["final_success"]],
                 "auc_success": [round(a["auc_success"], 3), round(b["auc_success"], 3)],
                 "steps_per_second": [round(a["steps_per_second"]), round(b["steps_per_second"])],
-                "speedup": round(a["steps_per_second"] / b["steps_per_second"], 1),
+                # Not a speed-up of the device when a run was resumed or its machine was shared.
+                "speed_ratio": round(a["steps_per_second"] / b["steps_per_second"], 1),
+                "resumed": [bool(a.get("resumed")), bool(b.get("resumed"))],
                 "same_outcome": (a["final_success"] > 0.5) == (b["final_success"] > 0.5),
                 "commits": [a["commit"], b["commit"]],
             }
@@ -510,9 +537,10 @@ def compare(folder: Path, reference: Path, out: Path) -> dict[str, Any]:
         raise SystemExit(f"no run of {folder} has a counterpart in {reference}")
     result = {
         "benchmark": "cpo_regime_compare",
-        "folder": str(folder),
-        "reference": str(reference),
+        "folder": _shown(folder),
+        "reference": _shown(reference),
         "runs": rows,
+        "unmatched": unmatched,
         "same_outcome": sum(r["same_outcome"] for r in rows),
         "compared": len(rows),
     }

@@ -24,6 +24,8 @@ cpo_regime = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(cpo_regime)
 
 RESULTS = ROOT / "benchmarks" / "results" / "cpo_regime"
+#: The regime's runs on a GPU, summarised as the CPU's are.
+GPU_RESULTS = ROOT / "benchmarks" / "results" / "cpo_regime_h200"
 METRICS = ("final_success", "auc_success", "steps_to_half", "final_return", "auc_return")
 
 
@@ -319,22 +321,56 @@ def test_summary_of_hand_made_runs(tmp_path: Path) -> None:
         cpo_regime.summarize(tmp_path / "empty", reps=10)
 
 
+def _machine_record(seed: int, final: float, speed: float, device: str) -> dict:
+    return {
+        **_record("cpo", seed, final, [final] * 4),
+        "steps_per_second": speed,
+        "config": "cpo_paper",
+        "overrides": [f"seed={seed}", *([f"device={device}"] if device != "cpu" else [])],
+    }
+
+
 def test_compare_pairs_runs_by_name_and_counts_like_outcomes(tmp_path: Path) -> None:
     fast, slow = tmp_path / "fast", tmp_path / "slow"
     fast.mkdir(), slow.mkdir()
-    for folder, finals, speed in ((fast, (1.0, 0.0, 1.0), 600.0), (slow, (1.0, 1.0), 20.0)):
+    for folder, finals, speed, device in (
+        (fast, (1.0, 0.0, 1.0), 600.0, "cuda"),
+        (slow, (1.0, 1.0), 20.0, "cpu"),
+    ):
         for seed, final in enumerate(finals):
-            record = {**_record("cpo", seed, final, [final] * 4), "steps_per_second": speed}
+            record = _machine_record(seed, final, speed, device)
             (folder / f"cpo-seed{seed}.json").write_text(json.dumps(record))
     result = cpo_regime.compare(fast, slow, tmp_path / "cmp.json")
-    # Seed 2 has no counterpart; seed 1 ends otherwise (0 against 1).
+    # Seed 2 has no counterpart; seed 1 ends otherwise (0 against 1); device= may differ.
     assert [r["run"] for r in result["runs"]] == ["cpo-seed0", "cpo-seed1"]
+    assert result["unmatched"] == ["cpo-seed2"]
     assert [r["same_outcome"] for r in result["runs"]] == [True, False]
     assert result["same_outcome"] == 1 and result["compared"] == 2
-    assert result["runs"][0]["speedup"] == 30.0
+    assert result["runs"][0]["speed_ratio"] == 30.0
     assert json.loads((tmp_path / "cmp.json").read_text()) == result
     with pytest.raises(SystemExit, match="no run of"):
         cpo_regime.compare(fast, tmp_path / "nowhere", tmp_path / "x.json")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"env_steps": 800}, "env_steps differs"),
+        ({"overrides": ["seed=0", "ppo.lr=1e-3"]}, "overrides differ"),
+        ({"task": "halfcheetah"}, "scored by return"),
+    ],
+)
+def test_compare_refuses_runs_that_are_not_the_same_run(
+    tmp_path: Path, change: dict, message: str
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "cpo-seed0.json").write_text(
+        json.dumps({**_machine_record(0, 1.0, 2.0, "cuda"), **change})
+    )
+    (b / "cpo-seed0.json").write_text(json.dumps(_machine_record(0, 1.0, 1.0, "cpu")))
+    with pytest.raises(SystemExit, match=message):
+        cpo_regime.compare(a, b, tmp_path / "cmp.json")
 
 
 def test_committed_comparison_on_the_gpu_matches_its_runs(tmp_path: Path) -> None:
@@ -349,7 +385,7 @@ def test_committed_comparison_on_the_gpu_matches_its_runs(tmp_path: Path) -> Non
 
 def _run_folders() -> list[Path]:
     """Every folder of run records under the results (superseded ones included)."""
-    return sorted({p.parent for p in RESULTS.rglob("*-seed*.json")})
+    return sorted({p.parent for base in (RESULTS, GPU_RESULTS) for p in base.rglob("*-seed*.json")})
 
 
 def _committed() -> list[Path]:
@@ -357,7 +393,7 @@ def _committed() -> list[Path]:
 
 
 @pytest.mark.parametrize(
-    "summary_path", _committed(), ids=lambda p: str(p.relative_to(RESULTS).with_suffix(""))
+    "summary_path", _committed(), ids=lambda p: str(p.relative_to(RESULTS.parent).with_suffix(""))
 )
 def test_committed_summaries_match_their_runs(summary_path: Path) -> None:
     """Each committed summary aggregates exactly the run records beside it, and its IQMs and
@@ -393,7 +429,9 @@ def test_committed_summaries_match_their_runs(summary_path: Path) -> None:
 def test_every_committed_run_folder_has_its_summary() -> None:
     folders = _run_folders()
     assert folders
-    missing = [str(p.relative_to(RESULTS)) for p in folders if not p.with_suffix(".json").exists()]
+    missing = [
+        str(p.relative_to(RESULTS.parent)) for p in folders if not p.with_suffix(".json").exists()
+    ]
     assert not missing, f"summarize these folders: {missing}"
     # A summary without its folder would aggregate runs nobody can check.
     orphans = [

@@ -491,3 +491,12 @@ def test_closing_report_lists_the_followers_kl_and_targets():
     fixed = {k: v for k, v in scalars.items() if "kl_target" not in k}
     assert coupling_rows({"scalars": fixed})[0][1] == "0.1, 0.2, 1 nats"
     assert coupling_rows({"scalars": {"train/return": 1.0}}) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_in_band_takes_followers_kl_from_the_host() -> None:
+    """CPO logs the in-band fraction from KLs copied to the host while the controller's targets
+    stay on the device (the first CPO update on a GPU failed on this)."""
+    controller = KLSetpointController([0.1, 1.0], device="cuda")
+    in_band = controller.in_band(torch.tensor([0.1, 5.0]))
+    assert in_band.device.type == "cuda" and in_band.tolist() == [True, False]

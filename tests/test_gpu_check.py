@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from myriad.bench import gpu
-from myriad.utils.threads import search_threads
 
 CHEAP_STAGES = "nav_envs,pretrain,knn,cpo_finetune"
 
@@ -35,10 +34,7 @@ def test_without_a_gpu_the_command_prints_one_line_and_exits_0(tmp_path: Path) -
 
 def test_stages_on_cpu_write_every_stage_record(tmp_path: Path) -> None:
     out = tmp_path / "gpu.json"
-    threads = torch.get_num_threads()
     status = gpu.main(["--device", "cpu", "--small", "--stages", CHEAP_STAGES, "--out", str(out)])
-    # The k-NN reference ran on every core, and the learner's thread count is back.
-    assert torch.get_num_threads() == threads
     payload = json.loads(out.read_text())
     assert status == 0 and payload["ok"] and payload["failed"] == []
     assert list(payload["stages"]) == CHEAP_STAGES.split(",")
@@ -55,7 +51,6 @@ def test_stages_on_cpu_write_every_stage_record(tmp_path: Path) -> None:
     assert len(runs) == len(gpu.SMALL.knn_states) * len(gpu.SMALL.knn_dims)
     # faiss on the same device and data as the reference: the same exact neighbours.
     assert all(r["recall"] == 1.0 and r["max_distance_error"] < 1e-5 for r in runs)
-    assert stages["knn"]["figures"]["cpu_threads"] == search_threads()
     assert stages["cpo_finetune"]["figures"]["steps_per_s"] > 0
 
 
@@ -68,8 +63,38 @@ def test_a_failing_stage_is_recorded_on_one_line_and_the_check_goes_on(tmp_path:
     assert status == 1 and not payload["ok"] and payload["failed"] == ["cpo_finetune"]
     failed = payload["stages"]["cpo_finetune"]
     assert failed["status"] == "failed" and "\n" not in failed["error"]
-    assert failed["error"].startswith("RuntimeError: CPO finetunes the pretrain stage's run")
+    assert failed["error"].startswith("StageFailed: CPO finetunes the pretrain stage's run")
     assert payload["stages"]["nav_envs"]["status"] == "ok"
+
+
+def test_the_knn_reference_runs_on_every_core_and_the_count_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import myriad.entropy.knn as knn_module
+
+    threads = torch.get_num_threads()
+    seen: list[int] = []
+    search = knn_module.knn
+
+    def counting_knn(*args: object, **kwargs: object) -> object:
+        seen.append(torch.get_num_threads())
+        return search(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(knn_module, "knn", counting_knn)
+    monkeypatch.setattr(gpu, "search_threads", lambda: threads + 2)
+    out = tmp_path / "gpu.json"
+    assert gpu.main(["--device", "cpu", "--small", "--stages", "knn", "--out", str(out)]) == 0
+    figures = json.loads(out.read_text())["stages"]["knn"]["figures"]
+    # Per case one search on the device's thread count, then the reference on every core.
+    assert seen == [threads, threads + 2] * len(figures["runs"])
+    assert figures["cpu_threads"] == threads + 2 and torch.get_num_threads() == threads
+
+
+def test_no_stage_named_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        gpu.main(["--device", "cpu", "--stages", " , "])
+    assert exc.value.code == 2
+    assert "no stage named" in capsys.readouterr().err
 
 
 def test_unknown_stage_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,7 +142,8 @@ def test_the_json_holds_each_finished_stage_before_the_next_starts(
 
     monkeypatch.setitem(gpu.STAGE_FUNCTIONS, "knn", second_stage)
     status = gpu.main(["--device", "cpu", "--small", "--stages", "nav_envs,knn", "--out", str(out)])
-    assert seen["complete"] is False and list(seen["stages"]) == ["nav_envs"]  # type: ignore[arg-type]
+    assert seen["complete"] is False and seen["ok"] is False  # cut short is not a pass
+    assert list(seen["stages"]) == ["nav_envs"]  # type: ignore[arg-type]
     final = json.loads(out.read_text())
     assert (
         status == 0 and final["complete"] is True and list(final["stages"]) == ["nav_envs", "knn"]

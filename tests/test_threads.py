@@ -45,3 +45,19 @@ def test_openmp_threads_reaches_a_runtime_loaded_after_the_first_block() -> None
             if info["user_api"] == "openmp"
         ]
     assert len(counts) >= 1 and all(c == 3 for c in counts)
+
+
+def test_intra_op_threads_restores_the_count_when_the_block_raises() -> None:
+    from myriad.utils.threads import intra_op_threads
+
+    before = torch.get_num_threads()
+    inside: list[int] = []
+
+    def raising_block() -> None:
+        with intra_op_threads(before + 1):
+            inside.append(torch.get_num_threads())
+            raise ValueError("inside the block")
+
+    with pytest.raises(ValueError, match="inside the block"):
+        raising_block()
+    assert inside == [before + 1] and torch.get_num_threads() == before

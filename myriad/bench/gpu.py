@@ -1,6 +1,7 @@
 """``myriad bench gpu`` (``make gpu-check``): every CUDA path of myriad, end to end, in minutes.
 
-Stages, each independent (a failing stage records its one-line error and the check goes on):
+Stages, each independent (a failing stage records its one-line error, and the traceback when it
+raised, and the check goes on):
 
 - ``cuda_tests``: the tests that skip without CUDA (``pytest -k "cuda or warp"``).
 - ``nav_envs``: navigation envs at 65,536 envs (env-steps/s).
@@ -16,12 +17,14 @@ Stages, each independent (a failing stage records its one-line error and the che
   and Warp's one-step agreement with CPU MuJoCo along a CPU trajectory, on HalfCheetah and on Ant
   with elliptic cones (at most 1% of env-steps over ``MUJOCO_TOLERANCE``).
   Skipped with one line when ``warp`` / ``mujoco_warp`` cannot be imported.
-- ``cpo_finetune``: CPO finetuning initialised from the ``pretrain`` stage's run.
+- ``cpo_finetune``: CPO finetuning initialised from the ``pretrain`` stage's run (from fresh
+  members when that stage failed, so the finetuning path is still checked).
 - ``install_gpu``: ``make install-gpu`` into a fresh virtual environment in a temporary copy of the
   source tree; faiss must see the GPU afterwards. Skipped with ``--offline`` (the check of an
   offline node, ``scripts/gpu-check.sh``), since it installs from the package index.
 
-Results go to ``benchmarks/results/gpu-<device name>.json``: per stage its status, seconds,
+Results go to ``benchmarks/results/gpu-<device name>.json``, rewritten after every stage
+(``complete`` false and ``ok`` false until the last has run): per stage its status, seconds,
 figures and error; a skipped stage is recorded with its reason and does not fail the check. The
 exit code is 1 when any stage failed. Without a CUDA device the command
 prints one line and exits 0. ``--device cpu --small`` runs the same stages on the CPU at small
@@ -41,8 +44,7 @@ import tempfile
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -52,7 +54,7 @@ import torch
 
 from myriad.bench.common import machine_info, write_json
 from myriad.utils.commandline import ArgumentParser
-from myriad.utils.threads import search_threads
+from myriad.utils.threads import intra_op_threads, openmp_threads, search_threads
 
 STAGES = (
     "cuda_tests",
@@ -258,17 +260,6 @@ def junit_counts(path: Path) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """Run the block with ``threads`` torch intra-op threads, then restore the count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def stage_nav_envs(check: Check) -> dict[str, Any]:
     """Env-steps/s of the navigation envs at ``sizes.nav_envs`` envs."""
     from myriad.bench.envs import time_env
@@ -335,6 +326,7 @@ def _sync_check(check: Check, overrides: list[str], name: str) -> str | None:
 
 def stage_pretrain(check: Check) -> dict[str, Any]:
     """Default pretraining on the device: throughput, k-NN share, host syncs in the rollout."""
+    from myriad.envs.base import validate_actions
     from myriad.pretrain import pretrain
 
     overrides = _pretrain_overrides(check)
@@ -344,12 +336,12 @@ def stage_pretrain(check: Check) -> dict[str, Any]:
         "iterations": check.sizes.pretrain_iterations,
     }
     sync = _sync_check(check, overrides, "sync_default") if check.cuda else None
-    figures["rollout_host_sync"] = sync if check.cuda else "not applicable on cpu"
-    if sync is not None and "validate_actions" in sync:
+    if sync is not None and sync.endswith(f"({validate_actions.__name__})"):
         # Action validation's NaN check reads one flag per step (documented: TensorVecEnv's
         # ``validate``); without it the loop must not sync at all.
+        figures["action_validation_sync"] = sync
         sync = _sync_check(check, [*overrides, "+env.options.validate=false"], "sync_novalidate")
-        figures["rollout_host_sync_without_action_validation"] = sync
+    figures["rollout_host_sync"] = sync if check.cuda else "not applicable on cpu"
     folder = check.workdir / "pretrain"
     summary = pretrain(overrides, run_dir=folder, quiet=True)
     check.pretrain_run = folder
@@ -402,8 +394,10 @@ def stage_knn(check: Check) -> dict[str, Any]:
 
     s = check.sizes
     on_device, reference = knn_backends()
-    # The reference runs on every core the process may use, as pretraining's searches do.
+    # The reference runs on every core the process may use (torch's and every OpenMP runtime's
+    # thread count), not on the learner's one thread.
     cpu_threads = search_threads()
+    threads_used = torch.get_num_threads()
     if not check.cuda:
         on_device = reference  # the same search on the same device: the plumbing only
     gen = torch.Generator().manual_seed(0)
@@ -416,7 +410,8 @@ def stage_knn(check: Check) -> dict[str, Any]:
             queries = min(n, s.knn_reference_queries)
             start = time.perf_counter()
             # The reference set includes each query itself: ask for k + 1 and drop it by index.
-            with torch_threads(cpu_threads):
+            with intra_op_threads(cpu_threads), openmp_threads(cpu_threads):
+                threads_used = torch.get_num_threads()
                 ref = knn(points[:queries], s.knn_k + 1, points, backend=reference)
             cpu_seconds = time.perf_counter() - start
             own = torch.arange(queries).unsqueeze(1)
@@ -446,7 +441,7 @@ def stage_knn(check: Check) -> dict[str, Any]:
         "faiss_gpu": faiss_gpu_available(),
         "device_backend": on_device,
         "cpu_backend": reference,
-        "cpu_threads": cpu_threads,
+        "cpu_threads": threads_used,
         "runs": runs,
     }
     if worst < MIN_EXACT_RECALL:
@@ -562,9 +557,10 @@ def stage_cpo_finetune(check: Check) -> dict[str, Any]:
     from myriad.finetune import finetune
 
     if check.pretrain_run is None and "pretrain" not in check.results:
-        raise RuntimeError(
-            "CPO finetunes the pretrain stage's run, and that stage did not produce one "
-            "(include pretrain in --stages)"
+        raise StageFailed(
+            "CPO finetunes the pretrain stage's run: include pretrain in --stages, before "
+            "cpo_finetune",
+            {},
         )
     # When the pretrain stage ran and failed, the members start fresh: the finetuning path
     # on the device is still checked, and the record says it was not initialised.
@@ -582,9 +578,11 @@ def stage_cpo_finetune(check: Check) -> dict[str, Any]:
     )
     final = summary.get("final_eval") or {}
     return {
-        "init": "pretrain stage's run"
-        if check.pretrain_run
-        else "fresh (the pretrain stage failed)",
+        "init": (
+            "pretrain stage's run"
+            if check.pretrain_run is not None
+            else "fresh (the pretrain stage failed)"
+        ),
         "num_envs": s.finetune_envs,
         "iterations": s.finetune_iterations,
         "steps_per_s": summary["steps_per_second"],
@@ -694,17 +692,20 @@ def run_check(
     """
     check = Check(device, sizes, workdir, offline)
     load_start = [round(v, 2) for v in os.getloadavg()]
+    # Read once, before the stages change the process (pretraining sets torch's thread count).
+    machine = machine_info(device)
     started = time.perf_counter()
 
     def payload(complete: bool) -> dict[str, Any]:
         failed = [n for n, r in check.results.items() if r["status"] == "failed"]
         return {
             "benchmark": "gpu-check",
-            "machine": machine_info(device),
+            "machine": machine,
             "load_average_start": load_start,
             "sizes": asdict(sizes),
             "complete": complete,
-            "ok": not failed,
+            # A file cut short is not a pass, whatever its finished stages say.
+            "ok": complete and not failed,
             "failed": failed,
             "skipped": [n for n, r in check.results.items() if r["status"] == "skipped"],
             "offline": offline,
@@ -712,17 +713,22 @@ def run_check(
             "stages": check.results,
         }
 
-    for index, name in enumerate(stages):
+    for name in stages:
         record = run_stage(check, name)
         line = f"{name}: {record['status']} ({record['seconds']:.1f} s)"
         print(line if record["error"] is None else f"{line}: {record['error']}", flush=True)
-        if out is not None:
-            write_json(out, payload(complete=index == len(stages) - 1))
-    return payload(complete=True)
+        if out is not None and len(check.results) < len(stages):
+            write_json(out, payload(complete=False))
+    final = payload(complete=True)
+    if out is not None:
+        write_json(out, final)
+    return final
 
 
 def _parse_stages(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"no stage named; choose from {', '.join(STAGES)}")
     unknown = [n for n in names if n not in STAGES]
     if unknown:
         raise argparse.ArgumentTypeError(
@@ -762,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="myriad-gpu-check-") as tmp:
             payload = run_check(args.device, sizes, args.stages, Path(tmp), args.offline, out)
-    path = write_json(out, payload)
+    path = out
     verdict = "all stages passed" if payload["ok"] else f"failed: {', '.join(payload['failed'])}"
     print(f"GPU check {verdict} in {payload['seconds']:.0f} s; results written to {path}")
     return 0 if payload["ok"] else 1

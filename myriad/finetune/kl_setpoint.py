@@ -177,7 +177,8 @@ class KLSetpointController:
         return None if self.log_adversarial_coef is None else self.log_adversarial_coef.exp()
 
     def in_band(self, kl: torch.Tensor, low: float = 0.5, high: float = 2.0) -> torch.Tensor:
-        """``[F]`` bool: ``low * delta_i <= D_i <= high * delta_i`` (on the targets' device)."""
+        """``[F]`` bool: ``low * delta_i <= D_i <= high * delta_i`` (``kl`` is brought to the
+        targets' device and dtype)."""
         kl = kl.to(self.targets)
         return (kl >= low * self.targets) & (kl <= high * self.targets)
 

@@ -44,3 +44,17 @@ def openmp_threads(threads: int) -> Iterator[None]:
 
     with ThreadpoolController().limit(limits=int(threads), user_api="openmp"):
         yield
+
+
+@contextmanager
+def intra_op_threads(threads: int) -> Iterator[None]:
+    """Run the block with ``threads`` torch intra-op threads, then restore the count (also when
+    the block raises)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
