@@ -110,6 +110,14 @@ VARIANTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     # the leader towards the followers' action distributions (docs/algorithms.md §6): whether
     # that pull is what widened the leaders of SAPG's seed 4 and CPO's seeds 1, 2 and 4.
     "leader-trust": (("sapg", "cpo"), ["algo.off_policy_trust_region=leader"]),
+    # Separate networks and no off-policy term for the leader (its update is PPO on its own
+    # block; the followers keep their AWAC pull): whether the off-policy rows are what made CPO's
+    # leader, with separate networks, lose the route its own episodes had found while all five
+    # followers kept theirs (nav-three-routes, seeds 0, 1 and 3).
+    "independent-no-off-policy": (
+        ("sapg", "cpo"),
+        ["population.parameterization=independent", "algo.off_policy_coef=0.0"],
+    ),
 }
 TASKS: dict[str, list[str]] = {
     # The maze's far goal with a sparse reward: +1 and the end of the episode on reaching it.

@@ -115,19 +115,20 @@ def test_a_variant_changes_only_the_machinery_and_writes_its_own_folder(variant:
 
 @pytest.mark.parametrize("variant", sorted(cpo_regime.VARIANTS))
 def test_a_small_variant_run_writes_its_own_record(tmp_path: Path, variant: str) -> None:
-    algos, (setting,) = cpo_regime.VARIANTS[variant]
+    algos, settings = cpo_regime.VARIANTS[variant]
     argv = ["run", "--task", "three-routes", "--algos", ",".join(algos), "--seeds", "0"]
     argv += ["--blocks", "2", "--envs-per-block", "16", "--horizon", "8", "--env-steps", "512"]
     argv += ["--eval-every", "2", "--eval-episodes", "2", "--checkpoint-every", "2"]
     argv += ["--workdir", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
     assert cpo_regime.main([*argv, "--variant", variant]) == 0
-    key, value = setting.split("=")
     for algo in algos:
         record = tmp_path / "results" / f"three-routes-b2x16-{variant}" / f"{algo}-seed0.json"
-        assert json.loads(record.read_text())["overrides"][-1] == setting
+        assert json.loads(record.read_text())["overrides"][-len(settings) :] == settings
         run = tmp_path / "runs" / f"three-routes-b2x16-{variant}" / f"{algo}-seed0"
         saved = flatten_config(yaml.safe_load((run / "config.yaml").read_text()))
-        assert saved[key] == yaml.safe_load(value)
+        for setting in settings:
+            key, value = setting.split("=")
+            assert saved[key] == yaml.safe_load(value)
     assert not (tmp_path / "results" / "three-routes-b2x16").exists()
     # The run's per-iteration statistics, as its checkpoint holds them.
     out = tmp_path / "trace.json"
