@@ -513,10 +513,11 @@ class CPO(SAPG):
         rows = [("kl", kl), *applied.items()]
         if self.setpoint is not None:
             rows.append(("kl_target", self.setpoint.targets))
+        # One copy to the host for the logged figures; the band is read on the device.
         values = torch.stack([v for _, v in rows]).cpu()
         out: dict[str, float] = {}
         if self.setpoint is not None:
-            out["cpo/kl_in_band"] = float(self.setpoint.in_band(values[0]).float().mean())
+            out["cpo/kl_in_band"] = float(self.setpoint.in_band(kl).float().mean())
         if self.model.num_members > 16:  # per-follower curves would swamp the logs
             for j, (name, _) in enumerate(rows):
                 out[f"cpo/{name}_mean"] = float(values[j].mean())
