@@ -150,6 +150,7 @@ def test_sharded_maths_equal_one_process_and_resume_is_exact(two_ranks, tmp_path
     assert result["parameter_difference"] < 1e-5
     assert result["replica_difference"] == 0.0
     assert result["lr_equal"]
+    assert result["sums_equal"]
     # The resumed run equals the uninterrupted one: weights, scalars and dataset.
     a, b = _checkpoint(two_ranks, 4), _checkpoint(split, 4)
     assert_same_training(a, b)
@@ -308,8 +309,30 @@ def _update_difference(ranks: RankGroup) -> tuple[float, float, bool]:
     return difference, replica_difference(sharded, ranks), lr_equal
 
 
+def _sums_equal(ranks: RankGroup) -> bool:
+    """Whether :meth:`RankGroup.all_reduce_`'s sums (from an all-gather below
+    ``GATHERED_SUM_LIMIT`` elements, an all-reduce above) equal the sum of every rank's tensor
+    computed here from the seeds, for float32, float64 and int64 tensors on both paths."""
+    from myriad.distributed.torchdist.group import GATHERED_SUM_LIMIT
+
+    equal = True
+    for numel in (7, GATHERED_SUM_LIMIT + 1):
+        for dtype in (torch.float32, torch.float64, torch.int64):
+            tensors = [
+                (torch.randn(numel, generator=torch.Generator().manual_seed(r)) * 100).to(dtype)
+                for r in range(ranks.world_size)
+            ]
+            expected = tensors[0].clone()
+            for other in tensors[1:]:
+                expected += other
+            mine = tensors[ranks.rank].clone()
+            equal &= bool(torch.equal(ranks.all_reduce_(mine), expected))
+    return equal
+
+
 def _rank_main(run: str, report: str) -> int:
     ranks = RankGroup.launch("cpu")
+    sums_equal = _sums_equal(ranks)
     entropy, reward = _measurement_difference(ranks)
     parameters, replicas, lr_equal = _update_difference(ranks)
     worst = ranks.all_reduce_(torch.tensor([entropy, reward, parameters]), op="max").tolist()
@@ -322,6 +345,7 @@ def _rank_main(run: str, report: str) -> int:
                     "parameter_difference": worst[2],
                     "replica_difference": replicas,
                     "lr_equal": lr_equal,
+                    "sums_equal": sums_equal,
                 }
             )
         )

@@ -25,6 +25,8 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        # The same cloud machine type can land on different CPUs; figures differ with them.
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         # Read by the OpenMP runtime when it loads; unset means libgomp's default.
@@ -36,6 +38,18 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
     return info
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name as Linux reports it (``/proc/cpuinfo``), None elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
 
 
 def code_commit() -> str | None:

@@ -193,8 +193,10 @@ class PPO:
         self.extra_terms = list(extra_terms)
         self.generator = generator
         #: Called with each minibatch's stats after ``backward``, before clipping and the step:
-        #: torchrun ranks average gradients and stats there (myriad.distributed.torchdist).
-        self.grad_sync: Callable[[dict[str, torch.Tensor]], None] | None = None
+        #: torchrun ranks average gradients and stats there (myriad.distributed.torchdist). It
+        #: may return a call that completes the average, made after the next minibatch's rows
+        #: are gathered, so that the wait for the other processes overlaps that work.
+        self.grad_sync: Callable[[dict[str, torch.Tensor]], Callable[[], None] | None] | None = None
         #: This process's share of every minibatch when processes holding the same rollout
         #: split the update (torchrun ranks, :mod:`myriad.rl.row_share`); None: all rows.
         self.share: RowShare | None = None
@@ -488,33 +490,48 @@ class PPO:
         planned = self._plan_advantage_sums(storage, epochs, member_major)
         sums: dict[str, torch.Tensor] = {}
         count = 0
-        for indices, epoch_sums in zip(epochs, planned):
-            for index, moment_sums in zip(indices, epoch_sums):
-                batch = storage.batch(index, blocked=member_major)
-                batch.advantage_sums = moment_sums
-                loss, stats = self.critic_loss(batch) if critic_only else self.loss(batch)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if self.grad_sync is not None:
-                    self.grad_sync(stats)  # ranks average gradients and stats (so the KL below)
-                if cfg.desired_kl is not None and cfg.schedule == "adaptive" and not critic_only:
-                    self.set_lr(
-                        losses.adaptive_lr(
-                            self.lr,
-                            float(stats["kl"]),
-                            cfg.desired_kl,
-                            cfg.lr_factor,
-                            cfg.min_lr,
-                            cfg.max_lr,
-                        )
+        steps = [
+            (index, moment_sums)
+            for indices, epoch_sums in zip(epochs, planned)
+            for index, moment_sums in zip(indices, epoch_sums)
+        ]
+
+        def rows(k: int) -> Batch:
+            batch = storage.batch(steps[k][0], blocked=member_major)
+            batch.advantage_sums = steps[k][1]
+            return batch
+
+        # The rollout does not change during the update, so a minibatch's rows can be taken
+        # before the previous step; they are, while the processes average gradients.
+        batch = rows(0)
+        for k in range(len(steps)):
+            loss, stats = self.critic_loss(batch) if critic_only else self.loss(batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            # Ranks average gradients and stats (so the KL below).
+            averaging = None if self.grad_sync is None else self.grad_sync(stats)
+            if k + 1 < len(steps):
+                batch = rows(k + 1)
+            if averaging is not None:
+                averaging()
+            if cfg.desired_kl is not None and cfg.schedule == "adaptive" and not critic_only:
+                self.set_lr(
+                    losses.adaptive_lr(
+                        self.lr,
+                        float(stats["kl"]),
+                        cfg.desired_kl,
+                        cfg.lr_factor,
+                        cfg.min_lr,
+                        cfg.max_lr,
                     )
-                stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(
-                    self.parameters, cfg.max_grad_norm
-                ).detach()
-                self.optimizer.step()
-                for key, value in stats.items():
-                    sums[key] = sums[key] + value if key in sums else value.clone()
-                count += 1
+                )
+            stats["grad_norm"] = torch.nn.utils.clip_grad_norm_(
+                self.parameters, cfg.max_grad_norm
+            ).detach()
+            self.optimizer.step()
+            for key, value in stats.items():
+                sums[key] = sums[key] + value if key in sums else value.clone()
+            count += 1
         keys = sorted(sums)
         means = (torch.stack([sums[k].float() for k in keys]) / count).tolist()
         result = dict(zip(keys, means))

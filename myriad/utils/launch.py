@@ -48,12 +48,19 @@ def launch_rank() -> int:
     return int(os.environ.get("RANK", "0") or 0)
 
 
+class CollectiveFailed(RuntimeError):
+    """A collective started without waiting failed when waited for (its message is
+    torch.distributed's); raised where no ``torch.distributed`` frame is on the stack."""
+
+
 def lost_in_collective(exc: BaseException) -> bool:
     """Whether ``exc`` was raised inside ``torch.distributed`` on a rank of a launch: a
     collective that failed, in practice because another rank ended (gloo's "Connection closed
     by peer"). That rank's own message says why; this one adds nothing."""
     if not on_torchrun_rank():
         return False
+    if isinstance(exc, CollectiveFailed):
+        return True
     marker = f"torch{os.sep}distributed{os.sep}"
     frame = exc.__traceback__
     while frame is not None:

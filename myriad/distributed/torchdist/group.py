@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +26,15 @@ import torch.distributed as dist
 
 from myriad.distributed.shards import shard_seed
 from myriad.utils.config import ConfigError
+from myriad.utils.launch import CollectiveFailed
 
 #: The variables ``torchrun`` sets for each process; all must be present under a launch.
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+#: The largest tensor (elements per rank) that :meth:`RankGroup.all_reduce_` sums from a gloo
+#: all-gather rather than all-reduces: an all-gather moves ``R`` times the bytes, which costs
+#: less than the all-reduce's extra exchanges while the tensor is small.
+GATHERED_SUM_LIMIT = 1 << 18
 
 
 def launched_world_size(environ: Mapping[str, str] | None = None) -> int:
@@ -204,10 +210,43 @@ class RankGroup:
         return _from_wire(torch.cat(parts, dim=dim), local.dtype)
 
     def all_reduce_(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """Reduce ``tensor`` in place over the ranks (``"sum"`` or ``"max"``); returns it."""
+        """Reduce ``tensor`` in place over the ranks (``"sum"`` or ``"max"``); returns it.
+
+        On gloo, a tensor of at most :data:`GATHERED_SUM_LIMIT` elements per rank is summed from
+        an all-gather instead (rank order, the same sum on every rank): the split update's
+        per-minibatch gradient average is such a tensor, and gloo's all-reduce of it, several
+        exchanges between the processes, waits longer than one all-gather
+        (docs/distributed.md, "Collectives on gloo").
+        """
+        return self.start_all_reduce_(tensor, op)()
+
+    def start_all_reduce_(
+        self, tensor: torch.Tensor, op: str = "sum"
+    ) -> Callable[[], torch.Tensor]:
+        """:meth:`all_reduce_` started without waiting: returns the call that waits for it and
+        returns ``tensor``, reduced. Work that does not read ``tensor`` can run in between."""
+        if (
+            op == "sum"
+            and self.backend == "gloo"
+            and tensor.dtype != torch.bool
+            and tensor.numel() <= GATHERED_SUM_LIMIT
+        ):
+            parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+            gathering = dist.all_gather(parts, tensor.contiguous(), async_op=True)
+
+            def summed() -> torch.Tensor:
+                _wait(gathering)
+                return torch.sum(torch.stack(parts), dim=0, out=tensor)
+
+            return summed
         ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
-        dist.all_reduce(tensor, op=ops[op])
-        return tensor
+        reducing = dist.all_reduce(tensor, op=ops[op], async_op=True)
+
+        def reduced() -> torch.Tensor:
+            _wait(reducing)
+            return tensor
+
+        return reduced
 
     def broadcast_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Overwrite ``tensor`` with rank 0's, in place; returns it."""
@@ -225,6 +264,16 @@ class RankGroup:
         out: list[Any] | None = [None] * self.world_size if self.is_writer else None
         dist.gather_object(value, out, dst=0)
         return out
+
+
+def _wait(work: Any) -> None:
+    """Wait for a collective started with ``async_op=True``; its failure (a peer that ended)
+    raised as :class:`~myriad.utils.launch.CollectiveFailed`, which the command line reports
+    as a collective's, in one line from rank 0."""
+    try:
+        work.wait()
+    except RuntimeError as exc:
+        raise CollectiveFailed(str(exc)) from exc
 
 
 def _to_wire(x: torch.Tensor) -> torch.Tensor:

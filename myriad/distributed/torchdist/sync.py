@@ -9,7 +9,7 @@ which :func:`replica_difference` checks at every checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -26,6 +26,8 @@ class GradientAverager:
     One all-reduce per minibatch over a flat buffer of every parameter's gradient followed by
     the stats. Every rank's minibatch holds the same number of rows and its loss is a mean over
     them, so the average is the gradient of the mean loss over the union of the minibatches.
+    A call starts the all-reduce and returns the call that completes the average (``PPO``
+    prepares the next minibatch's rows in between, while the other rank catches up).
 
     Args:
         ranks: the process group.
@@ -37,7 +39,7 @@ class GradientAverager:
         self.parameters = list(parameters)
 
     @torch.no_grad()
-    def __call__(self, stats: dict[str, torch.Tensor]) -> None:
+    def __call__(self, stats: dict[str, torch.Tensor]) -> Callable[[], None]:
         keys = sorted(stats)
         # A parameter that took no part in this rank's loss has no gradient; it counts as zero.
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
@@ -46,16 +48,22 @@ class GradientAverager:
             [g.reshape(-1) for g in grads]
             + [torch.stack([stats[k].detach().to(dtype).reshape(()) for k in keys])]
         )
-        self.ranks.all_reduce_(flat).div_(self.ranks.world_size)
-        sizes = [g.numel() for g in grads] + [len(keys)]
-        *parts, values = flat.split(sizes)
-        for p, part in zip(self.parameters, parts):
-            if p.grad is None:
-                p.grad = part.view_as(p).clone()
-            else:
-                p.grad.copy_(part.view_as(p))
-        for key, value in zip(keys, values):
-            stats[key] = value.to(stats[key].dtype)
+        summed = self.ranks.start_all_reduce_(flat)
+
+        @torch.no_grad()
+        def finish() -> None:
+            summed().div_(self.ranks.world_size)
+            sizes = [g.numel() for g in grads] + [len(keys)]
+            *parts, values = flat.split(sizes)
+            for p, part in zip(self.parameters, parts):
+                if p.grad is None:
+                    p.grad = part.view_as(p).clone()
+                else:
+                    p.grad.copy_(part.view_as(p))
+            for key, value in zip(keys, values):
+                stats[key] = value.to(stats[key].dtype)
+
+        return finish
 
 
 def merge_rank_moments(
