@@ -30,7 +30,9 @@ The machine's load average is recorded with every run. On a machine shared with 
 wall-clock figures follow the load, and two processes get two shares of the cores where one
 process gets one, which flatters the ranks; ``cpu_speed_vs_one_process`` (one process's CPU
 seconds per iteration over rank 0's) is the speed-up on cores of their own, less the time a rank
-waits for the other in a collective.
+waits for the other in a collective. ``paired_speed_vs_one_process`` is the median over repeats
+of each repeat's ratio to the one-process run of the same repeat (:func:`paired_speedups`): on a
+machine whose speed drifts between repeats it is steadier than the ratio of the medians.
 
     python benchmarks/torchdist_finetune_throughput.py [--algos ppo cpo sapg] [--repeats 2]
 
@@ -117,6 +119,29 @@ def perfect_split(one: float, half: float, pair: float) -> float:
     return half * pair / one
 
 
+def paired_speedups(rows: list[dict[str, Any]], algo: str, variant: str) -> list[float]:
+    """Per repeat, ``variant``'s env steps per second over ``one_process``'s of the same repeat.
+
+    The variants of a repeat run back to back (interleaved), so a machine whose speed drifts
+    between repeats moves both figures of a pair alike, where the ratio of two medians taken
+    over different repeats moves with the drift."""
+
+    def sps(v: str, repeat: int) -> float | None:
+        found = [
+            r["steps_per_second"]
+            for r in rows
+            if r["algo"] == algo and r["variant"] == v and r["repeat"] == repeat
+        ]
+        return found[0] if found else None
+
+    ratios = []
+    for repeat in sorted({r["repeat"] for r in rows if r["algo"] == algo}):
+        one, other = sps("one_process", repeat), sps(variant, repeat)
+        if one is not None and other is not None:
+            ratios.append(other / one)
+    return ratios
+
+
 def env_count(variant: str, num_envs: int) -> int:
     """The envs a variant's processes run: half for ``one_process_half``."""
     return num_envs // 2 if variant == "one_process_half" else num_envs
@@ -174,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                         }
                     )
                     print(rows[-1], flush=True)
-    summary: dict[str, dict[str, dict[str, float]]] = {}
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
     for algo in args.algos:
         cells = {
             v: {
@@ -193,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             # cores of their own, which the load of other jobs changes much less than the wall
             # clock (a rank waiting in a collective sleeps).
             cell["cpu_speed_vs_one_process"] = base_cpu / cell["cpu_s"]
+        for variant, cell in cells.items():
+            ratios = paired_speedups(rows, algo, variant)
+            cell["paired_speedups"] = ratios
+            cell["paired_speed_vs_one_process"] = statistics.median(ratios)
         if {"one_process_half", "one_process_pair"} <= cells.keys():
             one = cells["one_process"]["iteration_s"]
             slowed = perfect_split(
@@ -221,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{algo:5s} {variant:22s} {cell['steps_per_second']:10,.0f} env-steps/s "
                 f"({cell['speed_vs_one_process']:.2f}x) iteration {cell['iteration_s']:.3f} s "
                 f"update {cell['update_s']:.3f} s, CPU {cell['cpu_s']:.3f} s "
-                f"({cell['cpu_speed_vs_one_process']:.2f}x)"
+                f"({cell['cpu_speed_vs_one_process']:.2f}x); per repeat "
+                f"{cell['paired_speed_vs_one_process']:.2f}x (median)"
             )
         if "ceiling_vs_one_process" in cells["one_process"]:
             ceiling = cells["one_process"]["ceiling_vs_one_process"]

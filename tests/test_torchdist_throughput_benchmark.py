@@ -45,3 +45,22 @@ def test_the_bounding_variants_run_and_give_the_ceiling(tmp_path: Path) -> None:
     # iteration time alone would say.
     half_rate = cells["one_process_half"]["steps_per_second"]
     assert half_rate == pytest.approx(32 * 32 / half, rel=0.25)
+
+
+def test_paired_speedups_pair_the_runs_of_a_repeat() -> None:
+    # A machine twice as fast in repeat 1: each repeat's ratio is 1.5, the medians' ratio not.
+    rows = [
+        {"algo": "sapg", "variant": "one_process", "repeat": 0, "steps_per_second": 100.0},
+        {"algo": "sapg", "variant": "two_ranks_split", "repeat": 0, "steps_per_second": 150.0},
+        {"algo": "sapg", "variant": "one_process", "repeat": 1, "steps_per_second": 200.0},
+        {"algo": "sapg", "variant": "two_ranks_split", "repeat": 1, "steps_per_second": 300.0},
+        {"algo": "sapg", "variant": "one_process", "repeat": 2, "steps_per_second": 210.0},
+        {"algo": "sapg", "variant": "two_ranks_split", "repeat": 2, "steps_per_second": 315.0},
+        {"algo": "cpo", "variant": "two_ranks_split", "repeat": 0, "steps_per_second": 1.0},
+    ]
+    assert throughput.paired_speedups(rows, "sapg", "two_ranks_split") == pytest.approx(
+        [1.5, 1.5, 1.5]
+    )
+    assert throughput.paired_speedups(rows, "sapg", "one_process") == pytest.approx([1.0] * 3)
+    # A repeat without its one-process run gives no pair.
+    assert throughput.paired_speedups(rows, "cpo", "two_ranks_split") == []
