@@ -53,13 +53,12 @@ def rank_main(sizes: list[int], work_ms: list[float], calls: int, rounds: int, r
             for size in sizes:
                 x = torch.randn(size)
                 for way in WAYS:
-                    call = (lambda: dist.all_reduce(x)) if way == "all_reduce" else None
                     cell = times.setdefault(f"{way} {size} {ms:g}", [])
                     for k in range(calls + 5):
                         compute(ms / 1000.0)
                         t0 = time.perf_counter()
-                        if call is not None:
-                            call()
+                        if way == "all_reduce":
+                            dist.all_reduce(x)
                         else:
                             ranks.all_reduce_(x)
                         if k >= 5:  # the first calls of a cell warm the buffers up
