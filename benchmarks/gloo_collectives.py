@@ -6,8 +6,10 @@ of each size many times, each way, interleaved in rounds. Between two sums each 
 ``--work-ms`` of matrix products, as a rank runs a minibatch between two gradient averages, so
 the figures include the wait for the other rank's arrival as the update sees it; ``0`` times
 back-to-back sums. Per way and size: the median, 90th percentile and mean seconds of a call on
-rank 0. ``gathered`` is the call that myriad's split update makes (``RankGroup.all_reduce_``,
-up to ``GATHERED_SUM_LIMIT`` elements); ``all_reduce`` is gloo's own.
+rank 0. ``gathered`` is a sum from an all-gather, as ``RankGroup.all_reduce_`` (and the split
+update's gradient average, started with ``start_all_reduce_``) makes it below
+``GATHERED_SUM_LIMIT``; ``all_reduce`` is gloo's own. Sizes above the limit go to gloo's
+all-reduce both ways.
 
     python benchmarks/gloo_collectives.py [--sizes 100 8600 100000] [--work-ms 0 10]
 

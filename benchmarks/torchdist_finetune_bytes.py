@@ -74,8 +74,11 @@ def rank_main(algo: str, num_envs: int, run_dir: str, report: str) -> int:
 
         return wrapper
 
-    for name in ("all_gather_cat", "all_reduce_", "broadcast_", "gather_cat"):
-        setattr(RankGroup, name, counted(name, getattr(RankGroup, name)))
+    # ``all_reduce_`` goes through ``start_all_reduce_``, which the gradient average calls
+    # directly: counting the latter counts both once.
+    labels = {"start_all_reduce_": "all_reduce_"}
+    for name in ("all_gather_cat", "start_all_reduce_", "broadcast_", "gather_cat"):
+        setattr(RankGroup, name, counted(labels.get(name, name), getattr(RankGroup, name)))
     cfg = resolve_config(algo, overrides(algo, num_envs))
     ranks = RankGroup.launch("cpu")
     runner = finetune_runner(cfg, run_dir, ranks)

@@ -310,12 +310,14 @@ def _update_difference(ranks: RankGroup) -> tuple[float, float, bool]:
 
 
 def _sums_equal(ranks: RankGroup) -> bool:
-    """Whether :meth:`RankGroup.all_reduce_`'s sums (from an all-gather below
-    ``GATHERED_SUM_LIMIT`` elements, an all-reduce above) equal the sum of every rank's tensor
-    computed here from the seeds, for float32, float64 and int64 tensors on both paths."""
+    """Whether :meth:`RankGroup.all_reduce_`'s sums (from an all-gather up to
+    ``GATHERED_SUM_LIMIT`` elements on two ranks, an all-reduce above) equal the sum of every
+    rank's tensor computed here from the seeds, for float32, float64 and int64 tensors on both
+    paths."""
     from myriad.distributed.torchdist.group import GATHERED_SUM_LIMIT
 
     equal = True
+    # Exact: two ranks' sums are one addition on either path.
     for numel in (7, GATHERED_SUM_LIMIT + 1):
         for dtype in (torch.float32, torch.float64, torch.int64):
             tensors = [
@@ -330,9 +332,30 @@ def _sums_equal(ranks: RankGroup) -> bool:
     return equal
 
 
+def _absent_gradients(ranks: RankGroup) -> bool:
+    """Whether :class:`GradientAverager` leaves a parameter without a gradient on every rank
+    without one (as one process's optimiser sees it) and averages one that only rank 0 has."""
+    nowhere, rank0_only, everywhere = (torch.nn.Parameter(torch.ones(3)) for _ in range(3))
+    loss = (everywhere * (ranks.rank + 1.0)).sum()
+    if ranks.rank == 0:
+        loss = loss + (rank0_only * 2.0).sum()
+    loss.backward()
+    stats = {"kl": torch.tensor(float(ranks.rank))}
+    GradientAverager(ranks, [nowhere, rank0_only, everywhere])(stats)()
+    mean_rank = (ranks.world_size + 1) / 2
+    return (
+        nowhere.grad is None
+        and rank0_only.grad is not None
+        and bool(torch.equal(rank0_only.grad, torch.full((3,), 2.0 / ranks.world_size)))
+        and everywhere.grad is not None
+        and bool(torch.equal(everywhere.grad, torch.full((3,), mean_rank)))
+        and float(stats["kl"]) == (ranks.world_size - 1) / 2
+    )
+
+
 def _rank_main(run: str, report: str) -> int:
     ranks = RankGroup.launch("cpu")
-    sums_equal = _sums_equal(ranks)
+    sums_equal = _sums_equal(ranks) and _absent_gradients(ranks)
     entropy, reward = _measurement_difference(ranks)
     parameters, replicas, lr_equal = _update_difference(ranks)
     worst = ranks.all_reduce_(torch.tensor([entropy, reward, parameters]), op="max").tolist()
@@ -355,6 +378,16 @@ def _rank_main(run: str, report: str) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(_rank_main(sys.argv[1], sys.argv[2]))
+
+
+def test_a_failed_wait_counts_as_a_collective_lost_to_another_rank(monkeypatch):
+    from myriad.utils.launch import CollectiveFailed, lost_in_collective
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert lost_in_collective(CollectiveFailed("[pair.cc:553] Connection closed by peer"))
+    assert not lost_in_collective(RuntimeError("an error of the run itself"))
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert not lost_in_collective(CollectiveFailed("not a rank of a launch"))
 
 
 def test_ray_env_workers_and_ranks_are_refused_for_both_stages():

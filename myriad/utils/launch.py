@@ -56,7 +56,8 @@ class CollectiveFailed(RuntimeError):
 def lost_in_collective(exc: BaseException) -> bool:
     """Whether ``exc`` was raised inside ``torch.distributed`` on a rank of a launch: a
     collective that failed, in practice because another rank ended (gloo's "Connection closed
-    by peer"). That rank's own message says why; this one adds nothing."""
+    by peer"), or a :class:`CollectiveFailed` (such a failure met when waiting for a collective
+    started without waiting). That rank's own message says why; this one adds nothing."""
     if not on_torchrun_rank():
         return False
     if isinstance(exc, CollectiveFailed):

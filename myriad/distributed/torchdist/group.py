@@ -31,10 +31,11 @@ from myriad.utils.launch import CollectiveFailed
 #: The variables ``torchrun`` sets for each process; all must be present under a launch.
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
-#: The largest tensor (elements per rank) that :meth:`RankGroup.all_reduce_` sums from a gloo
-#: all-gather rather than all-reduces: an all-gather moves ``R`` times the bytes, which costs
-#: less than the all-reduce's extra exchanges while the tensor is small.
-GATHERED_SUM_LIMIT = 1 << 18
+#: The most elements times ``R - 1`` (what a rank receives) that :meth:`RankGroup.all_reduce_`
+#: sums from a gloo all-gather rather than all-reduces: the all-gather's bytes grow with the
+#: ranks, and at 100,000 floats on two ranks its median call was already no faster
+#: (benchmarks/results/gloo_collectives.json).
+GATHERED_SUM_LIMIT = 1 << 16
 
 
 def launched_world_size(environ: Mapping[str, str] | None = None) -> int:
@@ -212,8 +213,8 @@ class RankGroup:
     def all_reduce_(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduce ``tensor`` in place over the ranks (``"sum"`` or ``"max"``); returns it.
 
-        On gloo, a tensor of at most :data:`GATHERED_SUM_LIMIT` elements per rank is summed from
-        an all-gather instead (rank order, the same sum on every rank): the split update's
+        On gloo, a small tensor (:data:`GATHERED_SUM_LIMIT`) is summed from an all-gather
+        instead (rank order, the same sum on every rank): the split update's
         per-minibatch gradient average is such a tensor, and gloo's all-reduce of it, several
         exchanges between the processes, waits longer than one all-gather
         (docs/distributed.md, "Collectives on gloo").
@@ -224,19 +225,21 @@ class RankGroup:
         self, tensor: torch.Tensor, op: str = "sum"
     ) -> Callable[[], torch.Tensor]:
         """:meth:`all_reduce_` started without waiting: returns the call that waits for it and
-        returns ``tensor``, reduced. Work that does not read ``tensor`` can run in between."""
+        returns ``tensor``, reduced. Work that neither reads nor writes ``tensor`` can run in
+        between."""
         if (
             op == "sum"
             and self.backend == "gloo"
             and tensor.dtype != torch.bool
-            and tensor.numel() <= GATHERED_SUM_LIMIT
+            and tensor.numel() * (self.world_size - 1) <= GATHERED_SUM_LIMIT
         ):
             parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
             gathering = dist.all_gather(parts, tensor.contiguous(), async_op=True)
 
             def summed() -> torch.Tensor:
                 _wait(gathering)
-                return torch.sum(torch.stack(parts), dim=0, out=tensor)
+                with torch.no_grad():
+                    return torch.sum(torch.stack(parts), dim=0, out=tensor)
 
             return summed
         ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}

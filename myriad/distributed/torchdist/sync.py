@@ -23,11 +23,14 @@ from myriad.utils.running_stats import GroupMeanStd, RunningMeanStd, merge_momen
 class GradientAverager:
     """``PPO.grad_sync``: average the gradients and the minibatch stats over the ranks.
 
-    One all-reduce per minibatch over a flat buffer of every parameter's gradient followed by
-    the stats. Every rank's minibatch holds the same number of rows and its loss is a mean over
+    One sum over the ranks per minibatch (:meth:`RankGroup.start_all_reduce_`) of a flat buffer
+    of every parameter's gradient, a flag per parameter that says whether it has one, and the
+    stats. Every rank's minibatch holds the same number of rows and its loss is a mean over
     them, so the average is the gradient of the mean loss over the union of the minibatches.
-    A call starts the all-reduce and returns the call that completes the average (``PPO``
-    prepares the next minibatch's rows in between, while the other rank catches up).
+    A parameter without a gradient on every rank keeps none, as in one process (the optimiser
+    then leaves it, and its state, alone: the actors during a critic-only warm-up). A call
+    starts the sum and returns the call that completes the average (``PPO`` takes the next
+    minibatch's rows in between, while the other rank catches up).
 
     Args:
         ranks: the process group.
@@ -44,8 +47,10 @@ class GradientAverager:
         # A parameter that took no part in this rank's loss has no gradient; it counts as zero.
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
         dtype = grads[0].dtype if grads else torch.float32
+        present = [float(p.grad is not None) for p in self.parameters]
         flat = torch.cat(
             [g.reshape(-1) for g in grads]
+            + [torch.tensor(present, dtype=dtype, device=grads[0].device if grads else None)]
             + [torch.stack([stats[k].detach().to(dtype).reshape(()) for k in keys])]
         )
         summed = self.ranks.start_all_reduce_(flat)
@@ -53,10 +58,12 @@ class GradientAverager:
         @torch.no_grad()
         def finish() -> None:
             summed().div_(self.ranks.world_size)
-            sizes = [g.numel() for g in grads] + [len(keys)]
-            *parts, values = flat.split(sizes)
-            for p, part in zip(self.parameters, parts):
-                if p.grad is None:
+            sizes = [g.numel() for g in grads] + [len(grads), len(keys)]
+            *parts, anywhere, values = flat.split(sizes)
+            for p, part, has in zip(self.parameters, parts, (anywhere > 0).tolist()):
+                if not has:
+                    p.grad = None
+                elif p.grad is None:
                     p.grad = part.view_as(p).clone()
                 else:
                     p.grad.copy_(part.view_as(p))
