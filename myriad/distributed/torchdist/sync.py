@@ -60,7 +60,9 @@ class GradientAverager:
             summed().div_(self.ranks.world_size)
             sizes = [g.numel() for g in grads] + [len(grads), len(keys)]
             *parts, anywhere, values = flat.split(sizes)
-            for p, part, has in zip(self.parameters, parts, (anywhere > 0).tolist()):
+            # Read from the device only when some gradient is missing here (critic-only steps).
+            found = [True] * len(grads) if all(present) else (anywhere > 0).tolist()
+            for p, part, has in zip(self.parameters, parts, found):
                 if not has:
                     p.grad = None
                 elif p.grad is None:
