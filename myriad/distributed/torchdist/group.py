@@ -196,10 +196,20 @@ class RankGroup:
     def all_gather_cat(self, local: torch.Tensor, dim: int = 0) -> torch.Tensor:
         """Every rank's ``local`` (same shape on all ranks) concatenated along ``dim`` in rank
         order, on every rank."""
+        return self.start_all_gather_cat(local, dim)()
+
+    def start_all_gather_cat(self, local: torch.Tensor, dim: int = 0) -> Callable[[], torch.Tensor]:
+        """:meth:`all_gather_cat` started without waiting: returns the call that waits for it
+        and returns the concatenation."""
         wire = _to_wire(local)
         parts = [torch.empty_like(wire) for _ in range(self.world_size)]
-        dist.all_gather(parts, wire)
-        return _from_wire(torch.cat(parts, dim=dim), local.dtype)
+        gathering = dist.all_gather(parts, wire, async_op=True)
+
+        def gathered() -> torch.Tensor:
+            _wait(gathering)
+            return _from_wire(torch.cat(parts, dim=dim), local.dtype)
+
+        return gathered
 
     def gather_cat(self, local: torch.Tensor, dim: int = 0) -> torch.Tensor | None:
         """:meth:`all_gather_cat` delivered to rank 0 only (None on the other ranks)."""
@@ -233,13 +243,11 @@ class RankGroup:
             and tensor.dtype != torch.bool
             and tensor.numel() * (self.world_size - 1) <= GATHERED_SUM_LIMIT
         ):
-            parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
-            gathering = dist.all_gather(parts, tensor.contiguous(), async_op=True)
+            gathered = self.start_all_gather_cat(tensor.unsqueeze(0), 0)  # [R, ...]
 
             def summed() -> torch.Tensor:
-                _wait(gathering)
                 with torch.no_grad():
-                    return torch.sum(torch.stack(parts), dim=0, out=tensor)
+                    return torch.sum(gathered(), dim=0, out=tensor)
 
             return summed
         ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
