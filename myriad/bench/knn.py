@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from datetime import datetime, timezone
@@ -26,7 +25,7 @@ from typing import Any
 
 import torch
 
-from myriad.bench.common import write_json
+from myriad.bench.common import machine_info, write_json
 from myriad.entropy.estimators import kl_entropy_from_distances
 from myriad.entropy.knn import (
     KNNSearch,
@@ -276,10 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "quick": quick,
         },
         "machine": {
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(),
-            "torch": torch.__version__,
+            **machine_info(str(device)),
             "faiss": _version("faiss"),
             "scipy": _version("scipy"),
         },
