@@ -26,6 +26,9 @@ where it stopped:
         --out benchmarks/results/cpo_regime_h200/vs_cpu.json
     # aggregate whatever runs have finished into one JSON + PNG
     python benchmarks/cpo_regime.py summarize benchmarks/results/cpo_regime/maze-far-b6x4096
+    # the scale sweep's folders together: final score and area against envs per block
+    python benchmarks/cpo_regime.py sweep \
+        benchmarks/results/cpo_regime/three-routes-b6x{64,512,4096}
 
 Each finished run writes ``<results>/<tag>/<algo>-seed<k>.json`` (its learning curve against env
 steps, final scores, wall time, the commit and the overrides it ran with); ``summarize`` writes
@@ -493,6 +496,115 @@ def summarize(folder: Path, reps: int) -> dict[str, Any]:
     return out
 
 
+#: Where :func:`scale_sweep` writes (a folder of its own: every JSON under ``cpo_regime/`` is a
+#: run record or the summary of a run folder).
+SWEEPS = Path("benchmarks/results/cpo_regime_sweep")
+
+
+def scale_sweep(folders: list[Path], out: Path, reps: int) -> dict[str, Any]:
+    """The scale sweep: one task at several env counts per block and equal env steps, one run
+    folder per count (``<task>-b6x64``, ``-b6x512``, ``-b6x4096``). Per algorithm and count: the
+    IQM and mean with 95% CIs of the final score and of the area under its curve over the seeds
+    that finished, and the seeds every algorithm has at that count (the like-for-like set while a
+    sweep is partial). Refuses folders of different tasks, budgets or block counts."""
+    records: list[dict[str, Any]] = []
+    for folder in folders:
+        found = [json.loads(p.read_text()) for p in sorted(folder.glob("*-seed*.json"))]
+        if not found:
+            raise SystemExit(f"no finished runs in {folder}")
+        records += found
+    for key in ("task", "env_steps", "blocks", "pretrained_env_steps"):
+        values = sorted({str(r.get(key)) for r in records})
+        if len(values) > 1:
+            raise SystemExit(
+                f"the folders' runs differ in {key} ({', '.join(values)}): a sweep "
+                "compares one task and budget at several env counts"
+            )
+    score = score_of(records[0]["task"])
+    scales = sorted({int(r["envs_per_block"]) for r in records})
+    algos = [a for a in ALGOS if any(r["algo"] == a for r in records)]
+    out_record: dict[str, Any] = {
+        "benchmark": "cpo_regime_sweep",
+        "task": records[0]["task"],
+        "env_steps": records[0]["env_steps"],
+        "blocks": records[0]["blocks"],
+        "folders": [_shown(f) for f in folders],
+        "envs_per_block": scales,
+        "score": score,
+        "commits": sorted({r["commit"] for r in records}),
+        "runs": {
+            a: {
+                str(n): sorted(
+                    r["seed"] for r in records if r["algo"] == a and r["envs_per_block"] == n
+                )
+                for n in scales
+            }
+            for a in algos
+        },
+    }
+    out_record["common_seeds"] = {
+        str(n): sorted(set.intersection(*(set(out_record["runs"][a][str(n)]) for a in algos)))
+        for n in scales
+    }
+    for metric in (f"final_{score}", f"auc_{score}"):
+        out_record[metric] = {}
+        for a in algos:
+            per_scale = {
+                n: np.array(
+                    [
+                        [_metric(r, metric)]
+                        for r in records
+                        if r["algo"] == a and r["envs_per_block"] == n
+                    ],
+                    dtype=float,
+                )
+                for n in scales
+            }
+            present = {str(n): v for n, v in per_scale.items() if len(v)}
+            out_record[metric][a] = iqm_and_mean(present, reps)
+    path = write_json(out, out_record)
+    plot_sweep(out_record, out.with_suffix(".png"))
+    print(f"wrote {path}")
+    return out_record
+
+
+def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    score = sweep["score"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric, label in zip(
+        axes,
+        (f"final_{score}", f"auc_{score}"),
+        (f"final {score}", f"area under the {score} curve"),
+    ):
+        for algo, per_scale in sweep[metric].items():
+            scales = sorted(per_scale, key=int)
+            iqm = np.array([per_scale[n]["iqm"] for n in scales])
+            low = iqm - np.array([per_scale[n]["iqm_ci95"][0] for n in scales])
+            high = np.array([per_scale[n]["iqm_ci95"][1] for n in scales]) - iqm
+            seeds = "/".join(str(len(per_scale[n]["values"])) for n in scales)
+            ax.errorbar(
+                [int(n) for n in scales],
+                iqm,
+                yerr=[low, high],
+                capsize=4,
+                marker="o",
+                label=f"{algo} ({seeds} seeds)",
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"envs per block ({sweep['blocks']} blocks; equal env steps)")
+        ax.set_ylabel(f"leader's {label}, IQM and 95% CI")
+        ax.legend()
+    fig.suptitle(f"{sweep['task']}: scale sweep at {sweep['env_steps']:.3g} env steps")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _device_free(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.startswith("device=")]
 
@@ -630,6 +742,10 @@ def main(argv: list[str] | None = None) -> int:
         "run_dir", type=Path, help="a run folder, e.g. runs/bench/cpo_regime/<tag>/cpo-seed2"
     )
     tr.add_argument("--out", type=Path, help=f"default: {TRACES}/<tag>/<run>.json")
+    swp = sub.add_parser("sweep", help="one task's run folders at several env counts per block")
+    swp.add_argument("folders", type=Path, nargs="+")
+    swp.add_argument("--out", type=Path, help=f"default: {SWEEPS}/<task>.json")
+    swp.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
     cmp = sub.add_parser("compare", help="one folder's runs against the same runs elsewhere")
     cmp.add_argument("folder", type=Path)
     cmp.add_argument("reference", type=Path)
@@ -640,6 +756,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "trace":
         trace(args.run_dir, args.out)
+        return 0
+    if args.command == "sweep":
+        task = args.folders[0].name.rsplit("-b", 1)[0]
+        scale_sweep(args.folders, args.out or SWEEPS / f"{task}.json", args.reps)
         return 0
     if args.command == "summarize":
         summarize(args.folder, args.reps)

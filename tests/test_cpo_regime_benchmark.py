@@ -467,3 +467,75 @@ def test_committed_traces_belong_to_their_records(trace_path: Path) -> None:
             for i, v in series["episode/success"]
         ]
         assert training == [tuple(p) for p in record["curve"]["training_success"]]
+
+
+def _scaled(
+    algo: str, seed: int, final: float, envs_per_block: int, task: str = "maze-far"
+) -> dict:
+    return {
+        **_record(algo, seed, final, [final / 2, final]),
+        "task": task,
+        "blocks": 6,
+        "envs_per_block": envs_per_block,
+        "pretrained_env_steps": 0,
+    }
+
+
+def test_scale_sweep_of_hand_made_runs(tmp_path: Path) -> None:
+    finals = {64: [0.0, 1.0, 1.0, 0.5], 512: [0.0, 0.0, 1.0], 4096: [0.0]}
+    folders = []
+    for scale, values in finals.items():
+        folder = tmp_path / f"maze-far-b6x{scale}"
+        folder.mkdir()
+        folders.append(folder)
+        for seed, final in enumerate(values):
+            (folder / f"sapg-seed{seed}.json").write_text(
+                json.dumps(_scaled("sapg", seed, final, scale))
+            )
+        # PPO has seed 0 only: the like-for-like set at every scale is seed 0.
+        (folder / "ppo-seed0.json").write_text(json.dumps(_scaled("ppo", 0, 0.0, scale)))
+    out = tmp_path / "sweep" / "maze-far.json"
+    sweep = cpo_regime.scale_sweep(folders, out, reps=100)
+    assert sweep["envs_per_block"] == [64, 512, 4096]
+    assert sweep["runs"]["sapg"] == {"64": [0, 1, 2, 3], "512": [0, 1, 2], "4096": [0]}
+    assert sweep["common_seeds"] == {"64": [0], "512": [0], "4096": [0]}
+    for scale, values in finals.items():
+        entry = sweep["final_success"]["sapg"][str(scale)]
+        assert entry["iqm"] == pytest.approx(_iqm(values))
+        assert entry["mean"] == pytest.approx(np.mean(values))
+        # Each curve is (final / 2, final): its area is three quarters of the final.
+        assert sweep["auc_success"]["sapg"][str(scale)]["mean"] == pytest.approx(
+            0.75 * np.mean(values)
+        )
+    assert json.loads(out.read_text())["runs"] == sweep["runs"]
+    assert out.with_suffix(".png").stat().st_size > 0
+    other = tmp_path / "three-routes-b6x512"
+    other.mkdir()
+    (other / "ppo-seed0.json").write_text(json.dumps(_scaled("ppo", 0, 1.0, 512, "three-routes")))
+    with pytest.raises(SystemExit, match="differ in task"):
+        cpo_regime.scale_sweep([folders[0], other], tmp_path / "x.json", reps=10)
+
+
+SWEEPS = ROOT / cpo_regime.SWEEPS
+
+
+@pytest.mark.parametrize("sweep_path", sorted(SWEEPS.glob("*.json")), ids=lambda p: p.stem)
+def test_committed_sweeps_match_their_folders(sweep_path: Path) -> None:
+    """A committed sweep aggregates exactly the records of the folders it names."""
+    sweep = json.loads(sweep_path.read_text())
+    records = [
+        json.loads(p.read_text())
+        for folder in sweep["folders"]
+        for p in (ROOT / folder).glob("*-seed*.json")
+    ]
+    metric = f"final_{sweep['score']}"
+    for algo, per_scale in sweep["runs"].items():
+        for scale, seeds in per_scale.items():
+            mine = [r for r in records if r["algo"] == algo and r["envs_per_block"] == int(scale)]
+            assert sorted(r["seed"] for r in mine) == seeds, (
+                f"{sweep_path.name} is older than its folders: run `python "
+                f"benchmarks/cpo_regime.py sweep {' '.join(sweep['folders'])}`"
+            )
+            if mine:
+                entry = sweep[metric][algo][scale]
+                assert entry["iqm"] == pytest.approx(_iqm([r[metric] for r in mine]), abs=1e-9)
