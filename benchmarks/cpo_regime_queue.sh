@@ -59,3 +59,9 @@ done
 "$PY" $B run --algos ppo,pbt --seeds 0-4
 "$PY" $B run --algos ppo --seeds 0-4 --envs-per-block 512
 "$PY" $B run --algos ppo --seeds 0-4 --envs-per-block 64
+# The scale sweep on nav-three-routes too, where the far maze leaves every algorithm at 0 at every
+# scale and PPO with all 24,576 envs reached this goal in one seed of five: whether more updates
+# (fewer envs per block) let PPO find it, and where the ensemble's lead goes.
+"$PY" $B run --task three-routes --algos ppo,cpo,sapg --seeds 0-4 --envs-per-block 512
+"$PY" $B run --task three-routes --algos cpo --seeds 4 --variant dual-clip
+"$PY" $B run --task three-routes --algos ppo,cpo,sapg --seeds 0-4 --envs-per-block 64
