@@ -513,20 +513,31 @@ def scale_sweep(folders: list[Path], out: Path, reps: int) -> dict[str, Any]:
         if not found:
             raise SystemExit(f"no finished runs in {folder}")
         records += found
-    for key in ("task", "env_steps", "blocks", "pretrained_env_steps"):
+    for key in ("task", "blocks", "pretrained_env_steps"):
         values = sorted({str(r.get(key)) for r in records})
         if len(values) > 1:
             raise SystemExit(
                 f"the folders' runs differ in {key} ({', '.join(values)}): a sweep "
                 "compares one task and budget at several env counts"
             )
+    # Whole iterations of different sizes fill the same budget to within one iteration.
+    budgets = sorted({int(r["env_steps"]) for r in records})
+    if budgets[-1] > 1.01 * budgets[0]:
+        raise SystemExit(
+            f"the folders' runs differ in env_steps ({budgets[0]} to {budgets[-1]}): a sweep "
+            "compares one task and budget at several env counts"
+        )
     score = score_of(records[0]["task"])
     scales = sorted({int(r["envs_per_block"]) for r in records})
-    algos = [a for a in ALGOS if any(r["algo"] == a for r in records)]
+    # An algorithm run at one count only (PBT, in the regime's own folder) is not in the sweep.
+    algos = [a for a in ALGOS if len({r["envs_per_block"] for r in records if r["algo"] == a}) > 1]
+    if not algos:
+        raise SystemExit("no algorithm has runs at two env counts: nothing to sweep")
+    records = [r for r in records if r["algo"] in algos]
     out_record: dict[str, Any] = {
         "benchmark": "cpo_regime_sweep",
         "task": records[0]["task"],
-        "env_steps": records[0]["env_steps"],
+        "env_steps": budgets,
         "blocks": records[0]["blocks"],
         "folders": [_shown(f) for f in folders],
         "envs_per_block": scales,
@@ -542,8 +553,13 @@ def scale_sweep(folders: list[Path], out: Path, reps: int) -> dict[str, Any]:
             for a in algos
         },
     }
+    # The like-for-like seeds at each count: those of every algorithm that has runs there.
     out_record["common_seeds"] = {
-        str(n): sorted(set.intersection(*(set(out_record["runs"][a][str(n)]) for a in algos)))
+        str(n): sorted(
+            set.intersection(
+                *(set(seeds[str(n)]) for seeds in out_record["runs"].values() if seeds[str(n)])
+            )
+        )
         for n in scales
     }
     for metric in (f"final_{score}", f"auc_{score}"):
@@ -577,29 +593,29 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
     score = sweep["score"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, metric, label in zip(
-        axes,
-        (f"final_{score}", f"auc_{score}"),
-        (f"final {score}", f"area under the {score} curve"),
+        axes, (f"final_{score}", f"auc_{score}"), (f"final {score}", f"area under {score} curve")
     ):
         for algo, per_scale in sweep[metric].items():
             scales = sorted(per_scale, key=int)
             iqm = np.array([per_scale[n]["iqm"] for n in scales])
             low = iqm - np.array([per_scale[n]["iqm_ci95"][0] for n in scales])
             high = np.array([per_scale[n]["iqm_ci95"][1] for n in scales]) - iqm
-            seeds = "/".join(str(len(per_scale[n]["values"])) for n in scales)
+            seeds = ", ".join(f"{n}: {len(per_scale[n]['values'])}" for n in scales)
             ax.errorbar(
                 [int(n) for n in scales],
                 iqm,
                 yerr=[low, high],
                 capsize=4,
                 marker="o",
-                label=f"{algo} ({seeds} seeds)",
+                label=f"{algo} (seeds at {seeds})",
             )
         ax.set_xscale("log", base=2)
-        ax.set_xlabel(f"envs per block ({sweep['blocks']} blocks; equal env steps)")
-        ax.set_ylabel(f"leader's {label}, IQM and 95% CI")
-        ax.legend()
-    fig.suptitle(f"{sweep['task']}: scale sweep at {sweep['env_steps']:.3g} env steps")
+        if score == "success":
+            ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel(f"envs per block ({sweep['blocks']} blocks, equal env steps)")
+        ax.set_ylabel(f"leader's {label} (IQM, 95% CI)")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{sweep['task']}: scale sweep at {sweep['env_steps'][-1]:.3g} env steps")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

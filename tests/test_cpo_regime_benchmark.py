@@ -494,11 +494,14 @@ def test_scale_sweep_of_hand_made_runs(tmp_path: Path) -> None:
             )
         # PPO has seed 0 only: the like-for-like set at every scale is seed 0.
         (folder / "ppo-seed0.json").write_text(json.dumps(_scaled("ppo", 0, 0.0, scale)))
+    # PBT at one count only is not part of the sweep.
+    (folders[-1] / "pbt-seed0.json").write_text(json.dumps(_scaled("pbt", 0, 1.0, 4096)))
     out = tmp_path / "sweep" / "maze-far.json"
     sweep = cpo_regime.scale_sweep(folders, out, reps=100)
     assert sweep["envs_per_block"] == [64, 512, 4096]
     assert sweep["runs"]["sapg"] == {"64": [0, 1, 2, 3], "512": [0, 1, 2], "4096": [0]}
     assert sweep["common_seeds"] == {"64": [0], "512": [0], "4096": [0]}
+    assert set(sweep["runs"]) == {"ppo", "sapg"}
     for scale, values in finals.items():
         entry = sweep["final_success"]["sapg"][str(scale)]
         assert entry["iqm"] == pytest.approx(_iqm(values))
