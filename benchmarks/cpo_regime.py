@@ -534,6 +534,19 @@ def scale_sweep(folders: list[Path], out: Path, reps: int) -> dict[str, Any]:
     if not algos:
         raise SystemExit("no algorithm has runs at two env counts: nothing to sweep")
     records = [r for r in records if r["algo"] in algos]
+    for algo in algos:
+        # Only the env count may change across a sweep, not the algorithm's settings (a variant's
+        # folder is another algorithm). Records written before overrides were kept have none.
+        settings = {
+            (r["config"], r["horizon"], *_sweep_settings(r["overrides"]))
+            for r in records
+            if r["algo"] == algo and "overrides" in r
+        }
+        if len(settings) > 1:
+            raise SystemExit(
+                f"{algo}'s runs differ in more than their env count across these folders "
+                "(a --variant or other overrides): a sweep varies the env count only"
+            )
     out_record: dict[str, Any] = {
         "benchmark": "cpo_regime_sweep",
         "task": records[0]["task"],
@@ -582,6 +595,12 @@ def scale_sweep(folders: list[Path], out: Path, reps: int) -> dict[str, Any]:
     plot_sweep(out_record, out.with_suffix(".png"))
     print(f"wrote {path}")
     return out_record
+
+
+def _sweep_settings(overrides: list[str]) -> tuple[str, ...]:
+    """A run's overrides without those a sweep varies with the env count or the seed."""
+    varying = ("seed=", "num_envs=", "iterations=")
+    return tuple(o for o in overrides if not o.startswith(varying))
 
 
 def plot_sweep(sweep: dict[str, Any], path: Path) -> None:

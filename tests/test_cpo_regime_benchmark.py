@@ -517,6 +517,22 @@ def test_scale_sweep_of_hand_made_runs(tmp_path: Path) -> None:
     (other / "ppo-seed0.json").write_text(json.dumps(_scaled("ppo", 0, 1.0, 512, "three-routes")))
     with pytest.raises(SystemExit, match="differ in task"):
         cpo_regime.scale_sweep([folders[0], other], tmp_path / "x.json", reps=10)
+    # A variant's folder at another count is not the same algorithm.
+    for scale, name in ((512, "maze-far-b6x512"), (4096, "maze-far-b6x4096-independent")):
+        folder = tmp_path / "variant" / name
+        folder.mkdir(parents=True)
+        extra = ["population.parameterization=independent"] if "independent" in name else []
+        record = {
+            **_scaled("sapg", 0, 1.0, scale),
+            "config": "sapg_paper",
+            "horizon": 16,
+            "overrides": [f"num_envs={6 * scale}", "seed=0", "iterations=9", *extra],
+        }
+        (folder / "sapg-seed0.json").write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match="differ in more than their env count"):
+        cpo_regime.scale_sweep(
+            sorted((tmp_path / "variant").iterdir()), tmp_path / "y.json", reps=10
+        )
 
 
 SWEEPS = ROOT / cpo_regime.SWEEPS
