@@ -547,7 +547,7 @@ def test_committed_sweeps_match_their_folders(sweep_path: Path) -> None:
         for folder in sweep["folders"]
         for p in (ROOT / folder).glob("*-seed*.json")
     ]
-    metric = f"final_{sweep['score']}"
+    metrics = (f"final_{sweep['score']}", f"auc_{sweep['score']}")
     for algo, per_scale in sweep["runs"].items():
         for scale, seeds in per_scale.items():
             mine = [r for r in records if r["algo"] == algo and r["envs_per_block"] == int(scale)]
@@ -555,6 +555,8 @@ def test_committed_sweeps_match_their_folders(sweep_path: Path) -> None:
                 f"{sweep_path.name} is older than its folders: run `python "
                 f"benchmarks/cpo_regime.py sweep {' '.join(sweep['folders'])}`"
             )
-            if mine:
+            for metric in metrics if mine else ():
+                values = [cpo_regime._metric(r, metric) for r in mine]
                 entry = sweep[metric][algo][scale]
-                assert entry["iqm"] == pytest.approx(_iqm([r[metric] for r in mine]), abs=1e-9)
+                assert entry["iqm"] == pytest.approx(_iqm(values), abs=1e-9)
+                assert entry["mean"] == pytest.approx(np.mean(values), abs=1e-9)
