@@ -117,6 +117,11 @@ VARIANTS: dict[str, tuple[tuple[str, ...], list[str]]] = {
     # block; the followers keep their AWAC pull): whether the off-policy rows are what made CPO's
     # leader, with separate networks, lose the route its own episodes had found while all five
     # followers kept theirs (nav-three-routes, seeds 0, 1 and 3).
+    # The shared network without the leader's off-policy rows (every block's update is PPO on
+    # its own rows, the per-block embedding and the shared trunk kept): whether SAPG's and CPO's
+    # lead over PPO at 512 envs per block on nav-three-routes comes from the followers' data or
+    # from the population's separate exploration alone.
+    "no-off-policy": (("sapg", "cpo"), ["algo.off_policy_coef=0.0"]),
     "independent-no-off-policy": (
         ("sapg", "cpo"),
         ["population.parameterization=independent", "algo.off_policy_coef=0.0"],

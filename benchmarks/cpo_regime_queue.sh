@@ -65,3 +65,6 @@ done
 "$PY" $B run --task three-routes --algos ppo,cpo,sapg --seeds 0-4 --envs-per-block 512
 "$PY" $B run --task three-routes --algos cpo --seeds 4 --variant dual-clip
 "$PY" $B run --task three-routes --algos ppo,cpo,sapg --seeds 0-4 --envs-per-block 64
+# What carries SAPG's lead over PPO at 512 envs per block: the same shared network with no
+# off-policy rows for the leader.
+"$PY" $B run --task three-routes --algos sapg,cpo --seeds 0-4 --envs-per-block 512 --variant no-off-policy
