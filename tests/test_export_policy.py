@@ -13,7 +13,12 @@ from myriad.cli import main
 from myriad.nn import PopulationActorCritic
 from myriad.nn.activations import elu
 from myriad.rl.saved_population import load_population
-from myriad.tools.deploy import DeployedPolicy, export_module, reference_actions
+from myriad.tools.deploy import (
+    DeployedPolicy,
+    export_module,
+    has_dynamo_onnx_export,
+    reference_actions,
+)
 from myriad.utils.optional import MissingDependencyError
 
 ort = pytest.importorskip("onnxruntime", reason="needs the export extra")
@@ -130,8 +135,11 @@ def test_bad_input_is_one_line(tiny_pretrain, tmp_path, capsys, args, message):
     assert not list(tmp_path.iterdir())
 
 
-def test_missing_onnx_names_the_extra(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed
+@pytest.mark.parametrize("package", ["onnx", "onnxscript"])
+def test_missing_onnx_names_the_extra(monkeypatch, tmp_path, package):
+    if package == "onnxscript" and not has_dynamo_onnx_export():
+        pytest.skip("torch < 2.5 exports ONNX through its TorchScript exporter, without onnxscript")
+    monkeypatch.setitem(sys.modules, package, None)  # as if not installed
     model = _population("shared_trunk")
     with pytest.raises(MissingDependencyError, match=r"myriad-rl\[export\]"):
         export_module(DeployedPolicy(model, 0), "onnx", tmp_path / "p.onnx")

@@ -116,6 +116,9 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
     from myriad.utils.optional import require
 
     require("onnx", "export")
+    if not has_dynamo_onnx_export():
+        _export_onnx_torchscript(policy, example, path)
+        return path
     require("onnxscript", "export")
     dims = {"obs": {0: torch.export.Dim("batch")}}
     with _quiet(), warnings.catch_warnings():
@@ -143,6 +146,37 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
             raise
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     return path
+
+
+def has_dynamo_onnx_export() -> bool:
+    """Whether this torch's ``torch.onnx.export`` exports through ``torch.export`` with
+    ``dynamic_shapes`` (torch >= 2.5; 2.4 has ``dynamo`` without them)."""
+    import inspect
+
+    return "dynamic_shapes" in inspect.signature(torch.onnx.export).parameters
+
+
+def _export_onnx_torchscript(policy: nn.Module, example: torch.Tensor, path: Path) -> None:
+    """ONNX export through torch's TorchScript-based exporter, for torch releases before 2.5
+    (no ``dynamic_shapes``): the same graph, inputs and dynamic batch dimension; written through
+    memory and renamed, as the other formats are."""
+    import warnings
+
+    from myriad.utils.checkpoint import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    with _quiet(), warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            policy,
+            (example,),
+            buffer,
+            input_names=["obs"],
+            output_names=["actions"],
+            dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}},
+            opset_version=ONNX_OPSET,
+        )
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def export_policy(
