@@ -60,7 +60,7 @@ from myriad.bench.common import machine_info, write_json
 from myriad.finetune.api import resolve_config
 from myriad.finetune.runner import FinetuneRunner
 
-#: The small budget of ``tests/test_finetune_learning.py``.
+#: The small budget, also that of ``tests/test_finetune_learning.py``'s sparse-goal test.
 BUDGET = [
     "env=empty",
     "num_envs=128",
