@@ -116,29 +116,15 @@ def export_module(policy: DeployedPolicy, fmt: str, path: Path, batch: int = 8) 
     from myriad.utils.optional import require
 
     require("onnx", "export")
-    if not has_dynamo_onnx_export():
-        _export_onnx_torchscript(policy, example, path)
-        return path
-    require("onnxscript", "export")
-    dims = {"obs": {0: torch.export.Dim("batch")}}
-    with _quiet(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        program = torch.onnx.export(
-            policy,
-            (example,),
-            input_names=["obs"],
-            output_names=["actions"],
-            dynamic_shapes=dims,
-            opset_version=ONNX_OPSET,
-            dynamo=True,
-            verbose=False,
-        )
-    assert program is not None
     # Under a temporary name, then renamed: a failed write leaves no half file, and its error
     # names the file (onnx's writer raises one without a file name).
     staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        program.save(str(staging))
+        if has_dynamo_onnx_export():
+            require("onnxscript", "export")
+            _export_onnx_dynamo(policy, example, staging)
+        else:
+            _export_onnx_torchscript(policy, example, staging)
         os.replace(staging, path)
     except OSError as exc:
         staging.unlink(missing_ok=True)
@@ -156,27 +142,43 @@ def has_dynamo_onnx_export() -> bool:
     return "dynamic_shapes" in inspect.signature(torch.onnx.export).parameters
 
 
-def _export_onnx_torchscript(policy: nn.Module, example: torch.Tensor, path: Path) -> None:
-    """ONNX export through torch's TorchScript-based exporter, for torch releases before 2.5
-    (no ``dynamic_shapes``): the same graph, inputs and dynamic batch dimension; written through
-    memory and renamed, as the other formats are."""
+def _export_onnx_dynamo(policy: nn.Module, example: torch.Tensor, path: Path) -> None:
+    """ONNX export through ``torch.export`` (torch >= 2.5), the batch dimension dynamic."""
     import warnings
 
-    from myriad.utils.checkpoint import atomic_write_bytes
+    dims = {"obs": {0: torch.export.Dim("batch")}}
+    with _quiet(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            policy,
+            (example,),
+            input_names=["obs"],
+            output_names=["actions"],
+            dynamic_shapes=dims,
+            opset_version=ONNX_OPSET,
+            dynamo=True,
+            verbose=False,
+        )
+    assert program is not None
+    program.save(str(path))
 
-    buffer = io.BytesIO()
+
+def _export_onnx_torchscript(policy: nn.Module, example: torch.Tensor, path: Path) -> None:
+    """ONNX export through torch's TorchScript-based exporter, for torch releases before 2.5
+    (no ``dynamic_shapes``): the same graph, inputs and dynamic batch dimension."""
+    import warnings
+
     with _quiet(), warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             policy,
             (example,),
-            buffer,
+            str(path),
             input_names=["obs"],
             output_names=["actions"],
             dynamic_axes={"obs": {0: "batch"}, "actions": {0: "batch"}},
             opset_version=ONNX_OPSET,
         )
-    atomic_write_bytes(path, buffer.getvalue())
 
 
 def export_policy(
