@@ -163,6 +163,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "pretraining the same run)",
     )
     p.add_argument("--report", action="store_true", help="only aggregate finished runs")
+    p.add_argument(
+        "--allow-missing-datasets",
+        action="store_true",
+        help="--report even where runs' datasets are gone (their measures left out)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny everything (smoke test)")
     args = p.parse_args(argv)
     if args.quick:

@@ -73,6 +73,15 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     runs = [r for r in load_runs(out / "runs") if r["source"] in SOURCES]
     if not runs:
         raise SystemExit(f"no finished runs under {out / 'runs'}")
+    # The dataset measures are read from the datasets themselves: a report made where they are
+    # gone would replace the committed measures with nothing.
+    missing = [r["dataset"] for r in runs if not Path(r["dataset"]).is_file()]
+    if missing and not getattr(args, "allow_missing_datasets", False):
+        raise SystemExit(
+            f"{len(missing)} of {len(runs)} runs' datasets are not on this machine (first: "
+            f"{missing[0]}), so their coverage and entropy would be lost from the report; run it "
+            "where they are (exorl.py's --work) or pass --allow-missing-datasets"
+        )
     cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
         cells[(r["env"], r["learner"], r["size"], r["source"])].append(r)

@@ -157,3 +157,17 @@ def test_whole_run_rows_are_whole_episodes_of_the_run(tmp_path: Path) -> None:
         begin = end
     assert firsts == sorted(firsts) and cut <= 1
     assert len(set(firsts)) == len(firsts) > 20
+
+
+def test_report_refuses_to_drop_the_measures_of_datasets_that_are_gone(tmp_path):
+    """A report where the runs' datasets are absent would replace their measures with nothing."""
+    import argparse
+    import json
+
+    report = _module("exorl_report").report
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    record = {"source": "kmyriad", "dataset": str(tmp_path / "gone.hdf5")}
+    (runs / "maze-kmyriad-td3-n100000-s0.json").write_text(json.dumps(record))
+    with pytest.raises(SystemExit, match="1 of 1 runs' datasets are not on this machine"):
+        report(argparse.Namespace(out=str(tmp_path)))
