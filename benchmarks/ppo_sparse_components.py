@@ -90,14 +90,6 @@ REACHED = 0.8
 LAST = 5
 
 
-def parse_seeds(text: str) -> list[int]:
-    """``"0-7"`` or ``"0,2,5"``."""
-    if "-" in text:
-        lo, hi = text.split("-")
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
-
-
 def record(case: str, seed: int, success: list[float]) -> dict[str, Any]:
     found = [i for i, v in enumerate(success) if v > 0]
     return {
@@ -222,12 +214,14 @@ def main() -> None:
     unknown = [c for c in cases if c not in names]
     if unknown:
         parser.error(f"unknown case {unknown[0]!r}; choose from {', '.join(names)}")
+    from cpo_regime import seeds  # benchmarks/, on the path when this script runs
+
     torch.set_num_threads(1)
     runs = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
-            for seed in parse_seeds(args.seeds):
+            for seed in seeds(args.seeds):
                 if case in CASES:
                     runs.append(run_myriad(case, seed, args.iterations, Path(tmp)))
                 else:
