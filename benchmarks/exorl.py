@@ -168,6 +168,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="--report even where runs' datasets are gone (their measures left out)",
     )
+    p.add_argument(
+        "--store-measures",
+        action="store_true",
+        help="record the dataset measures in finished runs that predate them (needs their "
+        "datasets, under --work)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny everything (smoke test)")
     args = p.parse_args(argv)
     if args.quick:
@@ -522,6 +528,8 @@ def train(
 
 
 def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
+    from exorl_report import read_measures
+
     from myriad.bench.common import code_commit
     from myriad.datasets import load
 
@@ -546,6 +554,8 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
         "goals": [list(g) for g in goals],
         "goal_distances_from_start": dist,
         "goal_reaching_transitions": reaching,
+        # Recorded with the run, so that a report never needs the datasets.
+        **read_measures(str(path), job["source"]),
         "curve": curve,
         "success_per_goal": final,
         "success": float(np.mean(final)),
@@ -585,6 +595,11 @@ def main(argv: list[str] | None = None) -> int:
         from exorl_report import report
 
         report(args)
+        return 0
+    if args.store_measures:
+        from exorl_report import store_measures
+
+        print(f"recorded the dataset measures of {store_measures(runs_dir)} runs", flush=True)
         return 0
     runs_dir.mkdir(parents=True, exist_ok=True)
     for job in plan(args):

@@ -7,7 +7,9 @@ geodesic distance / distance from the start, :func:`exorl.evaluate`), success, p
 closest distance per goal against the goal's distance from the start, the learning curve
 (success and progress against gradient steps, mean over seeds), and the dataset measures
 of ``myriad dataset info`` (coverage, state-action coverage, k-NN entropy of the union and the
-mean over members, goal-reaching transitions per goal), averaged over the seeds' datasets.
+mean over members, goal-reaching transitions per goal), averaged over the seeds' datasets: as
+each run recorded them, else read from its dataset (``--store-measures`` records them), else
+kept from the last report where the cell's seeds are the same.
 Only finished runs count; the JSON lists how many seeds each cell has.
 """
 
@@ -29,7 +31,13 @@ def load_runs(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
-def dataset_measures(path: str, goals: list[list[float]]) -> dict[str, Any] | None:
+#: The dataset measures a run records when it is made (``exorl.py``), so that a report never
+#: needs the datasets themselves: its own dataset's, and those of the whole pretraining run that
+#: dataset was drawn from (none for random actions).
+MEASURES = ("dataset_measures", "pretraining_dataset_measures")
+
+
+def dataset_measures(path: str) -> dict[str, Any] | None:
     """Union and member-mean measures of one dataset file (None when the file is gone)."""
     from myriad.datasets import dataset_info
 
@@ -50,6 +58,47 @@ def dataset_measures(path: str, goals: list[list[float]]) -> dict[str, Any] | No
         else None,
     }
     return out
+
+
+def pretraining_dataset(dataset: str, source: str) -> Path:
+    """The whole pretraining run's dataset (every iteration) that a run's dataset was drawn from."""
+    return Path(dataset).parent.parent / source / "dataset" / "transitions.hdf5"
+
+
+def read_measures(dataset: str, source: str) -> dict[str, Any]:
+    """:data:`MEASURES` of a run's dataset, read from the files (None where one is gone)."""
+    return {
+        "dataset_measures": dataset_measures(dataset),
+        "pretraining_dataset_measures": dataset_measures(str(pretraining_dataset(dataset, source))),
+    }
+
+
+def run_measures(run: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's :data:`MEASURES`: those it recorded, else read from its datasets where they are
+    on this machine, else None."""
+    if all(k in run for k in MEASURES):
+        return {k: run[k] for k in MEASURES}
+    if not Path(run["dataset"]).is_file():
+        return None
+    if run["dataset"] not in cache:
+        cache[run["dataset"]] = read_measures(run["dataset"], run["source"])
+    return cache[run["dataset"]]
+
+
+def store_measures(folder: Path) -> int:
+    """Write :data:`MEASURES` into the finished runs of ``folder`` that predate them and whose
+    datasets are on this machine; returns how many runs were completed."""
+    done = 0
+    for path in sorted(folder.glob("*.json")):
+        run = json.loads(path.read_text())
+        if all(k in run for k in MEASURES) or not Path(run["dataset"]).is_file():
+            continue
+        run.update(read_measures(run["dataset"], run["source"]))
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(run, indent=1))
+        tmp.replace(path)
+        done += 1
+    return done
 
 
 def mean_dicts(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -73,22 +122,38 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
     runs = [r for r in load_runs(out / "runs") if r["source"] in SOURCES]
     if not runs:
         raise SystemExit(f"no finished runs under {out / 'runs'}")
-    # The dataset measures are read from the datasets themselves: a report made where they are
-    # gone would replace the committed measures with nothing.
-    missing = [r["dataset"] for r in runs if not Path(r["dataset"]).is_file()]
-    if missing and not getattr(args, "allow_missing_datasets", False):
-        raise SystemExit(
-            f"{len(missing)} of {len(runs)} runs' datasets are not on this machine (first: "
-            f"{missing[0]}), so their coverage and entropy would be lost from the report; run it "
-            "where they are (exorl.py's --work) or pass --allow-missing-datasets"
-        )
     cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in runs:
         cells[(r["env"], r["learner"], r["size"], r["source"])].append(r)
+    target = out.parent / f"{out.name}.json"
+    # A cell whose runs neither recorded their measures nor have their datasets here keeps the
+    # measures of the last report where its seeds are the same (the same datasets); otherwise the
+    # report would replace them with nothing.
+    previous = json.loads(target.read_text())["table"] if target.is_file() else {}
     measures_cache: dict[str, Any] = {}
+    measures: dict[tuple, list[dict[str, Any] | None]] = {}
+    carried: dict[tuple, dict[str, Any]] = {}
+    missing: list[str] = []
+    for cell, rs in cells.items():
+        rs.sort(key=lambda r: r["seed"])
+        measures[cell] = [run_measures(r, measures_cache) for r in rs]
+        if all(m is not None for m in measures[cell]):
+            continue
+        env, learner, size, source = cell
+        before = previous.get(f"{env}/{learner}/n{size}", {}).get(source)
+        if before is not None and before["seeds"] == [r["seed"] for r in rs]:
+            carried[cell] = before
+        else:
+            missing += [r["dataset"] for r, m in zip(rs, measures[cell]) if m is None]
+    if missing and not getattr(args, "allow_missing_datasets", False):
+        raise SystemExit(
+            f"{len(missing)} of {len(runs)} runs' datasets are not on this machine and their "
+            f"measures are not recorded (first: {missing[0]}), so their coverage and entropy "
+            "would be lost from the report; run `exorl.py --store-measures` where they are "
+            "(exorl.py's --work) or pass --allow-missing-datasets"
+        )
     table: dict[str, Any] = {}
     for (env, learner, size, source), rs in sorted(cells.items()):
-        rs = sorted(rs, key=lambda r: r["seed"])
         key = f"{env}/{learner}/n{size}"
         scores = {source: np.array([[r["success"]] for r in rs])}
         stats = iqm_and_mean(scores, reps=2000)[source]
@@ -100,21 +165,14 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         progress_curves = np.array(
             [[np.mean(c["progress_per_goal"]) for c in r["curve"]] for r in full]
         )
-        found = []
-        for r in rs:
-            if r["dataset"] not in measures_cache:
-                measures_cache[r["dataset"]] = dataset_measures(r["dataset"], r["goals"])
-            if measures_cache[r["dataset"]] is not None:
-                found.append(measures_cache[r["dataset"]])
-        # The whole pretraining run's dataset (every iteration), beside the final population's.
-        pre = []
-        for r in rs:
-            run_data = Path(r["dataset"]).parent.parent / source / "dataset" / "transitions.hdf5"
-            if str(run_data) not in measures_cache:
-                measures_cache[str(run_data)] = dataset_measures(str(run_data), r["goals"])
-            if measures_cache[str(run_data)] is not None:
-                pre.append(measures_cache[str(run_data)])
-        table.setdefault(key, {})[source] = {
+        cell = (env, learner, size, source)
+        found = [m["dataset_measures"] for m in measures[cell] if m and m["dataset_measures"]]
+        pre = [
+            m["pretraining_dataset_measures"]
+            for m in measures[cell]
+            if m and m["pretraining_dataset_measures"]
+        ]
+        row = table.setdefault(key, {})[source] = {
             **stats,
             "seeds": [r["seed"] for r in rs],
             "success_per_goal_mean": per_goal.mean(0).tolist(),
@@ -137,6 +195,9 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
             "dataset_measures_mean": mean_dicts(found) if found else None,
             "pretraining_dataset_measures_mean": mean_dicts(pre) if pre else None,
         }
+        if cell in carried:
+            for k in ("dataset_measures_mean", "pretraining_dataset_measures_mean"):
+                row[k] = carried[cell][k]
     result = {
         "benchmark": "exorl",
         "protocol": "benchmarks/exorl.py docstring",
@@ -144,7 +205,6 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         "finished_runs": len(runs),
         "table": table,
     }
-    target = out.parent / f"{out.name}.json"
     target.write_text(json.dumps(result, indent=1))
     plot(result, target.with_suffix(".png"))
     nan = float("nan")

@@ -4,6 +4,7 @@ pretraining run shared by the tests that only read a finished run (or copy it be
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -223,8 +224,36 @@ class Pause:
 def kill_launch(agent: subprocess.Popen) -> None:
     """SIGKILL every rank of a torchrun launch (the agent's children; they run in sessions of
     their own) and then the agent, as ``kill -9`` of the whole job would."""
-    children = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
+    try:
+        children = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
+    except FileNotFoundError:  # the agent has ended (and reaped its ranks)
+        children = []
     for pid in children:
-        os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
     agent.kill()
     agent.communicate()
+
+
+def finish_launch(agent: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:
+    """Wait for a launch started with pipes; its stdout and stderr. A launch that outlives
+    ``timeout``, or a test stopped while it runs, is killed with every rank it started
+    (:func:`kill_launch`): a timeout that kills the agent alone leaves its ranks running, holding
+    cores and ports for every test after it."""
+    try:
+        return agent.communicate(timeout=timeout)
+    except BaseException:
+        kill_launch(agent)
+        raise
+
+
+def run_launch(
+    command: list[str], env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(command, capture_output=True, text=True)`` for a torchrun launch (or a
+    plain process), killed with its ranks past ``timeout`` (:func:`finish_launch`)."""
+    agent = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = finish_launch(agent, timeout)
+    return subprocess.CompletedProcess(command, agent.returncode, out, err)

@@ -167,7 +167,101 @@ def test_report_refuses_to_drop_the_measures_of_datasets_that_are_gone(tmp_path)
     report = _module("exorl_report").report
     runs = tmp_path / "runs"
     runs.mkdir()
-    record = {"source": "kmyriad", "dataset": str(tmp_path / "gone.hdf5")}
+    record = _run_record(tmp_path / "gone.hdf5", 0)
     (runs / "maze-kmyriad-td3-n100000-s0.json").write_text(json.dumps(record))
     with pytest.raises(SystemExit, match="1 of 1 runs' datasets are not on this machine"):
         report(argparse.Namespace(out=str(tmp_path)))
+
+
+def _run_record(dataset: Path, seed: int, **measures) -> dict:
+    """A finished exorl.py run of the maze's population data with TD3 (two goals)."""
+    curve = [{"step": 100, "success_per_goal": [1.0, 0.0], "progress_per_goal": [1.0, 0.5]}]
+    return {
+        **dict(env="maze", learner="td3", size=100_000, source="kmyriad", seed=seed),
+        **dict(dataset=str(dataset), goals=[[1.0, 1.0], [5.0, 5.0]], steps=100, curve=curve),
+        **dict(success=0.5, success_per_goal=[1.0, 0.0], progress=0.75, progress_per_goal=[1, 0.5]),
+        **dict(closest_cells_per_goal=[0, 3], goal_distances_from_start=[5, 50]),
+        **dict(goal_reaching_transitions=[10, 0], train_s=60.0, train_cpu_s=60.0),
+        "settings": {"size": 100_000},
+        **measures,
+    }
+
+
+def _measures(coverage: float) -> dict:
+    """Dataset measures in the form of ``exorl_report.dataset_measures``."""
+    values = {"coverage": coverage, "sa_coverage": coverage / 2, "entropy": 1.0}
+    return {"union": values, "member_mean": values, "members": 1, "overlap": 1.0}
+
+
+def test_recorded_measures_free_the_report_from_the_datasets(tiny_pretrain, tmp_path, capsys):
+    """A run made before runs recorded their dataset measures gets them from --store-measures
+    where its datasets are; then, as for a run that recorded them, the report reads them from
+    the run and needs no dataset."""
+    import argparse
+    import json
+    import shutil
+
+    from myriad.datasets import dataset_info
+
+    reporting = _module("exorl_report")
+    dataset = tmp_path / "work" / "maze" / "seed0" / "data" / "kmyriad-n100000.hdf5"
+    whole = reporting.pretraining_dataset(str(dataset), "kmyriad")
+    for path in (dataset, whole):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tiny_pretrain.path / "dataset" / "transitions.hdf5", path)
+    recorded = _measures(0.5)
+    runs = tmp_path / "exorl" / "runs"
+    runs.mkdir(parents=True)
+    for seed, record in enumerate(
+        [
+            _run_record(dataset, 0),
+            _run_record(
+                tmp_path / "gone.hdf5",
+                1,
+                dataset_measures=recorded,
+                pretraining_dataset_measures=None,
+            ),
+        ]
+    ):
+        (runs / f"maze-kmyriad-td3-n100000-s{seed}.json").write_text(json.dumps(record))
+    assert reporting.store_measures(runs) == 1
+    assert reporting.store_measures(runs) == 0  # recorded once
+    stored = json.loads((runs / "maze-kmyriad-td3-n100000-s0.json").read_text())
+    info = dataset_info(str(dataset))
+    assert stored["dataset_measures"]["union"]["coverage"] == info["union"]["coverage"]
+    assert stored["pretraining_dataset_measures"] == stored["dataset_measures"]  # same file
+    shutil.rmtree(tmp_path / "work")
+    result = reporting.report(argparse.Namespace(out=str(tmp_path / "exorl")))
+    cell = result["table"]["maze/td3/n100000"]["kmyriad"]
+    assert cell["dataset_measures_mean"]["union"]["coverage"] == pytest.approx(
+        (info["union"]["coverage"] + 0.5) / 2
+    )
+    capsys.readouterr()
+
+
+def test_a_report_keeps_the_measures_of_cells_whose_seeds_it_already_reported(tmp_path, capsys):
+    """Runs without recorded measures whose datasets are gone: a cell reported before with the
+    same seeds keeps its measures; one seed more and the report refuses."""
+    import argparse
+    import json
+
+    report = _module("exorl_report").report
+    runs = tmp_path / "exorl" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "maze-kmyriad-td3-n100000-s0.json").write_text(
+        json.dumps(_run_record(tmp_path / "gone.hdf5", 0))
+    )
+    measures = _measures(0.7)
+    before = {"seeds": [0], "dataset_measures_mean": measures}
+    before["pretraining_dataset_measures_mean"] = None
+    (tmp_path / "exorl.json").write_text(
+        json.dumps({"table": {"maze/td3/n100000": {"kmyriad": before}}})
+    )
+    result = report(argparse.Namespace(out=str(tmp_path / "exorl")))
+    assert result["table"]["maze/td3/n100000"]["kmyriad"]["dataset_measures_mean"] == measures
+    (runs / "maze-kmyriad-td3-n100000-s1.json").write_text(
+        json.dumps(_run_record(tmp_path / "gone.hdf5", 1))
+    )
+    with pytest.raises(SystemExit, match="2 of 2 runs' datasets are not on this machine"):
+        report(argparse.Namespace(out=str(tmp_path / "exorl")))
+    capsys.readouterr()

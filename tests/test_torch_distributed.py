@@ -19,7 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_PRETRAIN, assert_same_training, rank_env
+from conftest import (
+    TINY_PRETRAIN,
+    assert_same_training,
+    finish_launch,
+    kill_launch,
+    rank_env,
+    run_launch,
+)
 
 from myriad.cli import main
 from myriad.datasets import load
@@ -73,7 +80,7 @@ def _torchrun(*args: str) -> subprocess.CompletedProcess[str]:
         f"--master_port={_free_port()}",
         *args,
     ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = run_launch(command, env)
     # The ranks' own tracebacks (torchrun's report of the failure follows them).
     ranks = [line for line in done.stderr.splitlines() if line.startswith("[rank")]
     assert done.returncode == 0, "\n".join(ranks[-60:]) or done.stderr[-3000:]
@@ -189,7 +196,12 @@ def test_two_node_agents_with_a_rendezvous_endpoint_equal_one_node(two_ranks, tm
         )
         for _ in range(2)
     ]
-    outputs = [agent.communicate(timeout=300) for agent in agents]
+    try:
+        outputs = [finish_launch(agent) for agent in agents]
+    finally:
+        for agent in agents:  # the other node's agent and ranks, where one launch failed
+            if agent.poll() is None:
+                kill_launch(agent)
     for agent, (_, err) in zip(agents, outputs):
         assert agent.returncode == 0, err[-3000:]
     a, b = _checkpoint(two_ranks, 4), _checkpoint(run, 4)

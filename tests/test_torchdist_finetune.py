@@ -15,14 +15,13 @@ import copy
 import json
 import shutil
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_FINETUNE, assert_same_training, rank_env
+from conftest import TINY_FINETUNE, assert_same_training, rank_env, run_launch
 
 from myriad.cli import main
 from myriad.distributed.torchdist import (
@@ -136,7 +135,7 @@ def _launch(*args: str, ranks: int = 2, kill_at: str | None = None) -> None:
         f"--master_port={_free_port()}",
     ]
     command = [sys.executable, "-m", *launcher, *args] if ranks > 1 else [sys.executable, *args]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    done = run_launch(command, env)
     # The ranks' own tracebacks (torchrun's report of the failure follows them).
     lines = [line for line in done.stderr.splitlines() if line.startswith("[rank")]
     if kill_at is not None:

@@ -15,10 +15,12 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import (
     TINY_FINETUNE,
     TINY_PRETRAIN,
     Pause,
+    finish_launch,
     kill_launch,
     rank_env,
     rank_stderr,
@@ -59,7 +61,7 @@ def launch(*args: str, env: dict[str, str] | None = None, **popen) -> subprocess
 
 def finish(child: subprocess.Popen, timeout: float = 300) -> tuple[int, list[str]]:
     """Wait for a launch; its status and what its ranks printed on stderr."""
-    _, err = child.communicate(timeout=timeout)
+    _, err = finish_launch(child, timeout)
     return child.returncode, rank_stderr(err)
 
 
@@ -195,3 +197,43 @@ def test_a_rank_that_dies_leaves_rank_0_at_most_one_line_naming_it(tiny_pretrain
     for line in lines:
         assert line.startswith("myriad: error: another rank of this torchrun launch stopped"), line
         assert "GLHF" not in line and "Traceback" not in line, line  # gloo's advice cut off
+
+
+def _gone(pid: int) -> bool:
+    """The process has ended (reaped, or a zombie waiting for its new parent to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith(("Z", "X"))
+    except FileNotFoundError:
+        return True
+
+
+def test_a_launch_past_its_timeout_is_killed_with_its_ranks(tmp_path):
+    """The suite's launch helpers kill the ranks of a launch that outlives its timeout, not
+    only the torchrun agent (whose ranks, in sessions of their own, would keep running)."""
+    import time
+
+    script = tmp_path / "hold.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "Path(sys.argv[1], os.environ['RANK']).write_text(str(os.getpid()))\n"
+        "signal.pause()\n"
+    )
+    agent = subprocess.Popen(
+        torchrun_command(str(script), str(tmp_path)),
+        env=rank_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    files = [tmp_path / "0", tmp_path / "1"]
+    deadline = time.monotonic() + 120
+    while not all(f.is_file() and f.read_text() for f in files):  # both ranks are up
+        assert agent.poll() is None, agent.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "the ranks never started"
+        time.sleep(0.05)
+    ranks = [int(f.read_text()) for f in files]
+    with pytest.raises(subprocess.TimeoutExpired):
+        finish_launch(agent, timeout=0.1)
+    assert agent.poll() is not None
+    assert all(_gone(pid) for pid in ranks), ranks
