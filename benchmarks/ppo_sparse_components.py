@@ -38,6 +38,9 @@ one of the two reaches the goal).
         --out benchmarks/results/ppo_sparse_components.json
     python benchmarks/ppo_sparse_components.py --seeds 0-95 --cases default,as_rsl_rl,rsl_rl \
         --out benchmarks/results/ppo_sparse_components_96.json
+    python benchmarks/ppo_sparse_components.py --seeds 0-95 \
+        --cases default,no_value_norm,max_lr_1e-2 \
+        --out benchmarks/results/ppo_sparse_components_96_single.json
 """
 
 from __future__ import annotations

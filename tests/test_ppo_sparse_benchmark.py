@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = [
     ROOT / "benchmarks/results/ppo_sparse_components.json",
     ROOT / "benchmarks/results/ppo_sparse_components_96.json",
+    ROOT / "benchmarks/results/ppo_sparse_components_96_single.json",
 ]
 
 
