@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -530,7 +529,7 @@ def train(
 def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
     from exorl_report import read_measures
 
-    from myriad.bench.common import code_commit
+    from myriad.bench.common import code_commit, machine_info
     from myriad.datasets import load
 
     torch.set_num_threads(1)
@@ -583,7 +582,9 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
         "train_s": time.perf_counter() - t1,
         # CPU time of training and evaluation (one thread): the cost that budgets are set from.
         "train_cpu_s": time.process_time() - c1,
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        # The CPU model too: pretraining is reproducible on one machine, and its float results
+        # (and so a seed's dataset) differ between CPUs.
+        "machine": machine_info(),
         "commit": code_commit(),
     }
 
