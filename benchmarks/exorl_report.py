@@ -86,14 +86,28 @@ def run_measures(run: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any] |
 
 
 def store_measures(folder: Path) -> int:
-    """Write :data:`MEASURES` into the finished runs of ``folder`` that predate them and whose
-    datasets are on this machine; returns how many runs were completed."""
+    """Write :data:`MEASURES` into the finished runs of ``folder`` that predate them: read from
+    their datasets where these are on this machine, else taken from the last report
+    (``<folder>/../../exorl.json``) where the run's cell held its seed alone (a cell's measures
+    are the mean over its seeds' datasets, so there they are this run's own). Returns how many
+    runs were completed."""
+    report = folder.parent.parent / f"{folder.parent.name}.json"
+    previous = json.loads(report.read_text())["table"] if report.is_file() else {}
     done = 0
     for path in sorted(folder.glob("*.json")):
         run = json.loads(path.read_text())
-        if all(k in run for k in MEASURES) or not Path(run["dataset"]).is_file():
+        if all(k in run for k in MEASURES):
             continue
-        run.update(read_measures(run["dataset"], run["source"]))
+        if Path(run["dataset"]).is_file():
+            run.update(read_measures(run["dataset"], run["source"]))
+        else:
+            key = f"{run['env']}/{run['learner']}/n{run['size']}"
+            cell = previous.get(key, {}).get(run["source"])
+            if cell is None or cell["seeds"] != [run["seed"]]:
+                continue
+            run["dataset_measures"] = cell["dataset_measures_mean"]
+            run["pretraining_dataset_measures"] = cell["pretraining_dataset_measures_mean"]
+            run["measures_from"] = f"{report.name}, {key} {run['source']} (this seed alone)"
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(run, indent=1))
         tmp.replace(path)

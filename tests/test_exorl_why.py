@@ -265,3 +265,35 @@ def test_a_report_keeps_the_measures_of_cells_whose_seeds_it_already_reported(tm
     with pytest.raises(SystemExit, match="2 of 2 runs' datasets are not on this machine"):
         report(argparse.Namespace(out=str(tmp_path / "exorl")))
     capsys.readouterr()
+
+
+def test_store_measures_takes_a_gone_datasets_measures_from_its_seeds_own_cell(tmp_path):
+    """A run whose dataset is gone gets its measures from the last report only where its cell
+    held that seed alone (the cell's mean is then that dataset's measures)."""
+    import json
+
+    store_measures = _module("exorl_report").store_measures
+    runs = tmp_path / "exorl" / "runs"
+    runs.mkdir(parents=True)
+    for seed in (0, 1):
+        (runs / f"maze-kmyriad-td3-n100000-s{seed}.json").write_text(
+            json.dumps(_run_record(tmp_path / "gone.hdf5", seed))
+        )
+    alone = {"seeds": [0], "dataset_measures_mean": _measures(0.7)}
+    alone["pretraining_dataset_measures_mean"] = _measures(0.9)
+    (tmp_path / "exorl.json").write_text(
+        json.dumps({"table": {"maze/td3/n100000": {"kmyriad": alone}}})
+    )
+    assert store_measures(runs) == 1
+    s0 = json.loads((runs / "maze-kmyriad-td3-n100000-s0.json").read_text())
+    assert s0["dataset_measures"] == _measures(0.7)
+    assert s0["pretraining_dataset_measures"] == _measures(0.9)
+    assert "dataset_measures" not in json.loads(
+        (runs / "maze-kmyriad-td3-n100000-s1.json").read_text()
+    )
+    # A cell of two seeds holds their mean, no run's own measures.
+    alone["seeds"] = [0, 1]
+    (tmp_path / "exorl.json").write_text(
+        json.dumps({"table": {"maze/td3/n100000": {"kmyriad": alone}}})
+    )
+    assert store_measures(runs) == 0
