@@ -129,6 +129,49 @@ def mean_dicts(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def remedies(every: list[dict[str, Any]], protocol: list[dict[str, Any]]) -> dict[str, Any]:
+    """The remedies of ``exorl.py --sources`` run on two seeds or more: per (env, learner, size,
+    remedy) the success's IQM and mean with 95% intervals over its seeds, and beside it, seed by
+    seed, K-Myriad's (beta 1) run of the same cell: the paired differences, in how many seeds
+    the remedy is higher and lower, and the exact two-sided sign test of those counts."""
+    from scipy.stats import binomtest
+
+    population = {
+        (r["env"], r["learner"], r["size"], r["seed"]): r["success"]
+        for r in protocol
+        if r["source"] == "kmyriad"
+    }
+    cells: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in every:
+        if r["source"] not in SOURCES:
+            cells[(r["env"], r["learner"], r["size"], r["source"])].append(r)
+    out: dict[str, Any] = {}
+    for (env, learner, size, source), rs in sorted(cells.items()):
+        rs = sorted(rs, key=lambda r: r["seed"])
+        if len(rs) < 2:
+            continue
+        stats = iqm_and_mean({source: np.array([[r["success"]] for r in rs])}, reps=2000)[source]
+        pairs = [
+            (r["seed"], r["success"], population[(env, learner, size, r["seed"])])
+            for r in rs
+            if (env, learner, size, r["seed"]) in population
+        ]
+        higher = sum(a > b for _, a, b in pairs)
+        lower = sum(a < b for _, a, b in pairs)
+        out.setdefault(f"{env}/{learner}/n{size}", {})[source] = {
+            **stats,
+            "seeds": [r["seed"] for r in rs],
+            "kmyriad_same_seeds": [b for _, _, b in pairs],
+            "difference_to_kmyriad": [a - b for _, a, b in pairs],
+            "higher_than_kmyriad": higher,
+            "lower_than_kmyriad": lower,
+            "sign_test_p": float(binomtest(higher, higher + lower).pvalue)
+            if higher + lower
+            else 1.0,
+        }
+    return out
+
+
 def report(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     # The remedies' runs (exorl.py --sources) are one seed's diagnosis, reported by
@@ -218,6 +261,7 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         "settings": runs[0]["settings"],
         "finished_runs": len(runs),
         "table": table,
+        "remedies": remedies(load_runs(out / "runs"), runs),
     }
     target.write_text(json.dumps(result, indent=1))
     plot(result, target.with_suffix(".png"))

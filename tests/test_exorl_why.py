@@ -297,3 +297,30 @@ def test_store_measures_takes_a_gone_datasets_measures_from_its_seeds_own_cell(t
         json.dumps({"table": {"maze/td3/n100000": {"kmyriad": alone}}})
     )
     assert store_measures(runs) == 0
+
+
+def test_remedies_are_paired_by_seed_with_the_populations_runs(capsys):
+    """Each remedy with two seeds or more, against K-Myriad's run of the same env, learner, size
+    and seed: differences, counts and the sign test written out by hand."""
+    remedies = _module("exorl_report").remedies
+
+    def run(source: str, seed: int, success: float) -> dict:
+        return dict(
+            env="maze", learner="td3", size=100_000, source=source, seed=seed, success=success
+        )
+
+    population = [run("kmyriad", s, v) for s, v in enumerate([0.5, 0.6, 0.7, 0.8])]
+    others = [run("single", s, 1.0) for s in range(4)]  # not K-Myriad: never paired
+    remedy = [run("kmyriad_beta0.5", s, v) for s, v in [(0, 0.9), (1, 0.9), (3, 0.8), (5, 0.1)]]
+    lone = [run("kmyriad_m16", 0, 1.0)]  # one seed: left out
+    out = remedies(population + others + remedy + lone, population + others)
+    cell = out["maze/td3/n100000"]
+    assert list(cell) == ["kmyriad_beta0.5"]
+    r = cell["kmyriad_beta0.5"]
+    assert r["seeds"] == [0, 1, 3, 5] and r["values"] == [0.9, 0.9, 0.8, 0.1]
+    assert r["kmyriad_same_seeds"] == [0.5, 0.6, 0.8]  # seed 5 has no population run
+    assert r["difference_to_kmyriad"] == pytest.approx([0.4, 0.3, 0.0])
+    assert (r["higher_than_kmyriad"], r["lower_than_kmyriad"]) == (2, 0)
+    assert r["sign_test_p"] == pytest.approx(2 * 0.5**2)  # two of two, two-sided
+    assert r["mean"] == pytest.approx(np.mean([0.9, 0.9, 0.8, 0.1]))
+    capsys.readouterr()
