@@ -590,6 +590,8 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from myriad.utils.checkpoint import atomic_write_text
+
     args = parse_args(argv)
     runs_dir = Path(args.out) / "runs"
     if args.report:
@@ -611,9 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         if job["env"] not in args.envs:
             continue
         result = run_job(args, job)
-        tmp = target.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=1))
-        tmp.replace(target)  # a run's JSON appears whole or not at all
+        atomic_write_text(target, json.dumps(result, indent=1))  # whole or not at all
         print(
             f"{rid}: success {result['success']:.3f} ({result['train_s'] / 60:.1f} min)", flush=True
         )

@@ -91,6 +91,8 @@ def store_measures(folder: Path) -> int:
     (``<folder>/../../exorl.json``) where the run's cell held its seed alone (a cell's measures
     are the mean over its seeds' datasets, so there they are this run's own). Returns how many
     runs were completed."""
+    from myriad.utils.checkpoint import atomic_write_text
+
     report = folder.parent.parent / f"{folder.parent.name}.json"
     previous = json.loads(report.read_text())["table"] if report.is_file() else {}
     done = 0
@@ -108,9 +110,7 @@ def store_measures(folder: Path) -> int:
             run["dataset_measures"] = cell["dataset_measures_mean"]
             run["pretraining_dataset_measures"] = cell["pretraining_dataset_measures_mean"]
             run["measures_from"] = f"{report.name}, {key} {run['source']} (this seed alone)"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(run, indent=1))
-        tmp.replace(path)
+        atomic_write_text(path, json.dumps(run, indent=1))
         done += 1
     return done
 
