@@ -527,7 +527,7 @@ def train(
 
 
 def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
-    from exorl_report import read_measures
+    from exorl_report import file_sha256, read_measures
 
     from myriad.bench.common import code_commit, machine_info
     from myriad.datasets import load
@@ -549,6 +549,8 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
         **job,
         "run": run_id(**job),
         "dataset": str(path),
+        # Identifies the file: a dataset rebuilt at the same path may differ.
+        "dataset_sha256": file_sha256(path),
         "transitions": len(data),
         "goals": [list(g) for g in goals],
         "goal_distances_from_start": dist,

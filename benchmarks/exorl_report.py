@@ -16,7 +16,9 @@ Only finished runs count; the JSON lists how many seeds each cell has.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -73,12 +75,60 @@ def read_measures(dataset: str, source: str) -> dict[str, Any]:
     }
 
 
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def dataset_mismatch(run: dict[str, Any], path: str) -> str | None:
+    """Why the file at ``path`` is not the dataset ``run`` trained on, or None when it is.
+
+    A dataset path names a (env, seed, source, size), not one file: a rebuilt dataset of the same
+    seed lies at the same path and may differ (pretraining's floats differ between machines), and
+    its measures are not the run's. A run that recorded its dataset's SHA-256 is checked against
+    it; an older run against what it recorded of its data: the number of transitions and, per
+    goal, of transitions that reach the goal."""
+    if "dataset_sha256" in run:
+        digest = file_sha256(path)
+        if digest == run["dataset_sha256"]:
+            return None
+        return f"its SHA-256 is {digest[:12]}..., the run's {run['dataset_sha256'][:12]}..."
+    from myriad.datasets import load, relabel
+
+    data = load(path)
+    radius = run["settings"].get("goal_radius")
+    reaching = [
+        int(relabel(data, "sparse", tuple(g), radius).terminals.sum()) for g in run["goals"]
+    ]
+    if len(data) == run["transitions"] and reaching == run["goal_reaching_transitions"]:
+        return None
+    return (
+        f"it holds {len(data)} transitions, {reaching} reaching the goals; the run's data held "
+        f"{run['transitions']}, {run['goal_reaching_transitions']}"
+    )
+
+
+def own_dataset(run: dict[str, Any]) -> bool:
+    """Whether the run's dataset is on this machine and is the one it trained on (a line on
+    stderr where a file lies at its path but is another dataset)."""
+    if not Path(run["dataset"]).is_file():
+        return False
+    why = dataset_mismatch(run, run["dataset"])
+    if why is not None:
+        print(f"{run['run']}: {run['dataset']} is not this run's dataset ({why})", file=sys.stderr)
+    return why is None
+
+
 def run_measures(run: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any] | None:
     """A run's :data:`MEASURES`: those it recorded, else read from its datasets where they are
-    on this machine, else None."""
+    on this machine (and are its own: :func:`dataset_mismatch`), else None."""
     if all(k in run for k in MEASURES):
         return {k: run[k] for k in MEASURES}
-    if not Path(run["dataset"]).is_file():
+    if not own_dataset(run):
         return None
     if run["dataset"] not in cache:
         cache[run["dataset"]] = read_measures(run["dataset"], run["source"])
@@ -87,7 +137,8 @@ def run_measures(run: dict[str, Any], cache: dict[str, Any]) -> dict[str, Any] |
 
 def store_measures(folder: Path) -> int:
     """Write :data:`MEASURES` into the finished runs of ``folder`` that predate them: read from
-    their datasets where these are on this machine, else taken from the last report
+    their datasets where these are on this machine and are theirs (:func:`dataset_mismatch`), else
+    taken from the last report
     (``<folder>/../../exorl.json``) where the run's cell held its seed alone (a cell's measures
     are the mean over its seeds' datasets, so there they are this run's own). Returns how many
     runs were completed."""
@@ -100,7 +151,7 @@ def store_measures(folder: Path) -> int:
         run = json.loads(path.read_text())
         if all(k in run for k in MEASURES):
             continue
-        if Path(run["dataset"]).is_file():
+        if own_dataset(run):
             run.update(read_measures(run["dataset"], run["source"]))
         else:
             key = f"{run['env']}/{run['learner']}/n{run['size']}"

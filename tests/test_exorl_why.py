@@ -178,6 +178,7 @@ def _run_record(dataset: Path, seed: int, **measures) -> dict:
     curve = [{"step": 100, "success_per_goal": [1.0, 0.0], "progress_per_goal": [1.0, 0.5]}]
     return {
         **dict(env="maze", learner="td3", size=100_000, source="kmyriad", seed=seed),
+        **dict(run=f"maze-kmyriad-td3-n100000-s{seed}", transitions=100_000),
         **dict(dataset=str(dataset), goals=[[1.0, 1.0], [5.0, 5.0]], steps=100, curve=curve),
         **dict(success=0.5, success_per_goal=[1.0, 0.0], progress=0.75, progress_per_goal=[1, 0.5]),
         **dict(closest_cells_per_goal=[0, 3], goal_distances_from_start=[5, 50]),
@@ -185,6 +186,12 @@ def _run_record(dataset: Path, seed: int, **measures) -> dict:
         "settings": {"size": 100_000},
         **measures,
     }
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _measures(coverage: float) -> dict:
@@ -214,7 +221,7 @@ def test_recorded_measures_free_the_report_from_the_datasets(tiny_pretrain, tmp_
     runs.mkdir(parents=True)
     for seed, record in enumerate(
         [
-            _run_record(dataset, 0),
+            _run_record(dataset, 0, dataset_sha256=_sha256(dataset)),
             _run_record(
                 tmp_path / "gone.hdf5",
                 1,
@@ -237,6 +244,58 @@ def test_recorded_measures_free_the_report_from_the_datasets(tiny_pretrain, tmp_
         (info["union"]["coverage"] + 0.5) / 2
     )
     capsys.readouterr()
+
+
+def test_measures_are_read_only_from_the_runs_own_dataset(tiny_pretrain, tmp_path, capsys):
+    """A file at a run's dataset path may be another dataset (rebuilt for the same seed): its
+    measures are recorded only where it is the run's own, by the SHA-256 the run recorded, or for
+    a run older than that by its transitions and goal-reaching transitions (counted here from
+    the next observations); otherwise one line on stderr says why."""
+    import json
+    import shutil
+
+    import h5py
+
+    from myriad.envs.layout import Layout
+
+    store_measures = _module("exorl_report").store_measures
+    source = tiny_pretrain.path / "dataset" / "transitions.hdf5"
+    dataset = tmp_path / "work" / "maze" / "seed0" / "data" / "kmyriad-n100000.hdf5"
+    dataset.parent.mkdir(parents=True)
+    shutil.copy(source, dataset)
+    layout = Layout.load("four_rooms")
+    with h5py.File(source) as f:
+        scaled = f["next_observations"][:, :2]
+    positions = (scaled + 1) / 2 * np.array([layout.width, layout.height])
+    goals = [positions[10].tolist(), positions[-1].tolist()]
+    reaching = [int((np.linalg.norm(positions - g, axis=1) <= 0.75).sum()) for g in goals]
+    assert min(reaching) > 0
+    record = _run_record(dataset, 0)
+    record.update(goals=goals, transitions=len(positions), goal_reaching_transitions=reaching)
+    record["settings"]["goal_radius"] = 0.75
+    runs = tmp_path / "exorl" / "runs"
+    runs.mkdir(parents=True)
+    path = runs / "maze-kmyriad-td3-n100000-s0.json"
+
+    def stored(run: dict) -> tuple[int, dict, str]:
+        path.write_text(json.dumps(run))
+        done = store_measures(runs)
+        return done, json.loads(path.read_text()), capsys.readouterr().err
+
+    done, after, err = stored(
+        {**record, "goal_reaching_transitions": [reaching[0], 1 + reaching[1]]}
+    )
+    assert (done, err.count("\n")) == (0, 1) and "dataset_measures" not in after
+    assert "is not this run's dataset" in err and str(reaching) in err
+    done, after, err = stored(record)
+    assert (done, err) == (1, "") and after["dataset_measures"]["members"] == 4
+    digest = _sha256(source)
+    done, after, err = stored({**record, "dataset_sha256": digest[::-1]})
+    assert (done, err.count("\n")) == (0, 1) and "SHA-256" in err
+    done, after, err = stored(
+        {**record, "goal_reaching_transitions": [0, 0], "dataset_sha256": digest}
+    )
+    assert (done, err) == (1, "") and "dataset_measures" in after
 
 
 def test_a_report_keeps_the_measures_of_cells_whose_seeds_it_already_reported(tmp_path, capsys):
