@@ -164,6 +164,30 @@ def test_antmaze_reachable_cells_and_goal():
     env.close()
 
 
+@pytest.mark.parametrize("physics", ["fast", "gymnasium"])
+def test_an_ant_launched_over_a_wall_stays_in_the_maze(physics):
+    """An ant thrown up and across the wall between the U-maze's start and goal corridors (a
+    trained explorer reaches such speeds) stays under the maze's ceiling and in its corridors
+    (the soft contacts let a torso thrown at 30 m/s into the ceiling sink into it a little)."""
+    env = make("mujoco-antmaze-u", 4, model=physics)
+    qpos = env.sim.field("qpos").clone()
+    qvel = torch.zeros(4, env.mj_model.nv, dtype=qpos.dtype)
+    # Start corridor (y = 4) towards the goal corridor (y = -4) across the wall at y = 0, and
+    # out of the maze (x = -10) from its west end.
+    qvel[:, :3] = torch.tensor(
+        [[0.0, -15.0, 15.0], [0.0, -25.0, 25.0], [-15.0, 0.0, 15.0], [-10.0, -10.0, 30.0]],
+        dtype=qpos.dtype,
+    )
+    env.set_state(qpos, qvel)
+    top = env.layout.wall_height + env.layout.ceiling_thickness
+    for _ in range(100):
+        _, _, _, _, info = env.step(torch.zeros(4, 8))
+        xyz = env.sim.field("xpos")[:, 1]  # the torso
+        assert (xyz[:, 2] < top).all(), xyz
+        assert env.features.reachable[_cells(env, info["features"])].all(), xyz
+    env.close()
+
+
 @has_robotics
 def test_shadowhand_reward_success_and_new_target():
     from myriad.envs.mujoco.hand import rotation_distance
