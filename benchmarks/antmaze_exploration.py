@@ -49,19 +49,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def free_cell(layout: Any, xy: np.ndarray) -> np.ndarray:
-    """Whether each torso position ``xy [N, 2]`` lies in a free maze cell, ``[N]``."""
-    hx, hy = layout.extent
-    n_rows, n_cols = layout.shape
-    col = np.floor((xy[:, 0] + hx) / layout.scale).astype(int)
-    row = np.floor((hy - xy[:, 1]) / layout.scale).astype(int)
-    inside = (col >= 0) & (col < n_cols) & (row >= 0) & (row < n_rows)
-    free = np.array([[ch != "1" for ch in r] for r in layout.rows])
-    out = np.zeros(len(xy), bool)
-    out[inside] = free[row[inside], col[inside]]
-    return out
-
-
 @torch.no_grad()
 def roll_out(run: Path, model: str, num_envs: int, seed: int) -> dict[str, Any]:
     """One episode of every env under ``model``'s physics, the final members acting."""
@@ -102,7 +89,7 @@ def roll_out(run: Path, model: str, num_envs: int, seed: int) -> dict[str, Any]:
     cells = np.asarray(grid.cells)
     idx = np.clip(np.floor((xy_all - low) / (high - low) * cells).astype(int), 0, cells - 1)
     visited = np.zeros(tuple(cells), bool)
-    inside = free_cell(layout, xy_all)
+    inside = layout.cells_of(xy_all.astype(np.float64))[0] >= 0
     visited[tuple(idx[inside].T)] = True
     return {
         "states": len(xy_all),

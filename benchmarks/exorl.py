@@ -7,7 +7,7 @@ method on the fixed data, evaluate the task policy. Here:
 
 - **Data sources** (equal size ``N`` transitions, one dataset per seed):
   (a) ``kmyriad``: K-Myriad pretraining (default config: 8 members, beta = 1, 512 envs,
-  150 iterations), then ``N`` transitions of its *final* population
+  :data:`PRETRAIN_ITERATIONS` iterations), then ``N`` transitions of its *final* population
   (:func:`myriad.datasets.final_population_rows`, actions sampled as in pretraining);
   (b) ``single``: the same with ``population.size=1`` (one policy, the same k-NN objective,
   the APT-style baseline); (c) ``independent``: 8 members with ``objective.beta=0`` (each
@@ -19,11 +19,12 @@ method on the fixed data, evaluate the task policy. Here:
   (``N`` transitions of whole episodes drawn uniformly from everything the ``kmyriad`` run
   recorded, :func:`whole_run_rows`).
 - **Tasks**: ``G`` goals per env at set geodesic distances from the start, near to far
-  (:data:`GOAL_DISTANCES`), on ``nav-maze`` and ``nav-three-routes``;
-  sparse reward (+1 and a terminal within ``--goal-radius``, :data:`GOAL_RADIUS`), relabelled
-  from next states (:func:`myriad.datasets.relabel`). One goal-conditioned policy per run: the
-  dataset is relabelled once per goal and the goal (scaled like the position) appended to the
-  observation.
+  (:data:`GOAL_DISTANCES`), on ``nav-maze``, ``nav-three-routes`` and the Ant U-maze
+  (``mujoco-antmaze-u``, goals in maze cells of 4 m); sparse reward (+1 and a terminal within
+  ``--goal-radius``, :data:`GOAL_RADII`), relabelled from next states
+  (:func:`myriad.datasets.relabel`, which also rewrites the Ant maze's goal offset in the
+  observations). One goal-conditioned policy per run: the dataset is relabelled once per goal
+  and the goal (scaled to ``[-1, 1]`` over the map) appended to the observation.
 - **Learners**: ``td3`` (:class:`myriad.rl.td3.OfflineTD3`, plain TD3, ExORL's choice,
   :data:`TD3_STEPS` gradient steps) and ``iql`` (d3rlpy IQL with its AntMaze setting,
   :data:`IQL_SETTINGS`, :data:`IQL_STEPS` steps), both with 64x64 networks, batch 256,
@@ -67,7 +68,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RESULTS = Path(__file__).parent / "results"
-ENVS = {"maze": "nav-maze", "three_routes": "nav-three-routes"}
+ENVS = {"maze": "nav-maze", "three_routes": "nav-three-routes", "antmaze_u": "mujoco-antmaze-u"}
+# Pretraining iterations per env (512 envs x 32 steps each): the nav envs' 2.5M env steps; the
+# Ant U-maze's 4.9M, where a K-Myriad population covers its corridors and reaches its far end
+# (benchmarks/results/antmaze_exploration.json).
+PRETRAIN_ITERATIONS = {"maze": 150, "three_routes": 150, "antmaze_u": 300}
 SOURCES = ("kmyriad", "single", "independent", "random")
 OVERRIDES = {
     "kmyriad": [],
@@ -93,7 +98,13 @@ TD3_STEPS, IQL_STEPS = 200_000, 100_000
 # goal is decided by the phase of its start, not by where it goes. 0.75 holds the whole goal
 # cell (> sqrt(2) / 2) and a chord of 1.1 cells along its walls (> 0.85).
 GOAL_RADIUS = 0.75
-# IQL with its published setting for sparse goal reaching (AntMaze, Kostrikov et al. 2021):
+# Per env: the nav envs' 0.75 cells; the Ant maze's own success distance, 0.45 m
+# (Gymnasium-Robotics'), in cells of 4 m.
+GOAL_RADII = {
+    "maze": GOAL_RADIUS,
+    "three_routes": GOAL_RADIUS,
+    "antmaze_u": 0.45,
+}  # IQL with its published setting for sparse goal reaching (AntMaze, Kostrikov et al. 2021):
 # reward - 1 (0 at the goal, -1 per step), expectile 0.9, temperature 10. With the +1 reward and
 # temperature 3 the advantages are ~0.01 and the weights ~1: the policy clones the data's mean
 # action, ~0 on the population's data (members heading different ways), and stalls.
@@ -140,11 +151,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--goal-radius",
         type=float,
-        default=GOAL_RADIUS,
-        help="a goal is reached within this distance (relabelling and evaluation)",
+        default=None,
+        help="a goal is reached within this distance (relabelling and evaluation; default: "
+        "GOAL_RADII's for the env)",
     )
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--iterations", type=int, default=150, help="pretraining iterations")
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help="pretraining iterations (default: PRETRAIN_ITERATIONS's for the env)",
+    )
     p.add_argument("--only", nargs="*", default=None, help="run ids to run (default: all)")
     p.add_argument(
         "--sources",
@@ -181,6 +198,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.curve_points, args.eval_episodes, args.hidden, args.iterations = 1, 2, 32, 4
         args.work, args.out = args.work + "-quick", args.out + "-quick"
     return args
+
+
+def goal_radius(args: argparse.Namespace, env: str) -> float:
+    return args.goal_radius if args.goal_radius is not None else GOAL_RADII[env]
+
+
+def iterations(args: argparse.Namespace, env: str) -> int:
+    return args.iterations if args.iterations is not None else PRETRAIN_ITERATIONS[env]
 
 
 # -- plan ----------------------------------------------------------------------------------------
@@ -284,10 +309,10 @@ def build_dataset(args: argparse.Namespace, env: str, source: str, size: int, se
         writer.close()
         return path
     if source in WHOLE_RUN:
-        run = pretrain_run(work, env, WHOLE_RUN[source], seed, args.iterations)
+        run = pretrain_run(work, env, WHOLE_RUN[source], seed, iterations(args, env))
         spec, rows = whole_run_rows(run, size, seed)
     else:
-        run = pretrain_run(work, env, source, seed, args.iterations)
+        run = pretrain_run(work, env, source, seed, iterations(args, env))
         spec, rows = final_population_rows(run, size, seed=seed)
     writer = D4RLWriter(
         path, spec.obs_dim, spec.action_dim, spec.feature_names, metadata=spec.metadata
@@ -355,32 +380,55 @@ def env_options(env: str) -> dict[str, Any]:
 
 # Goal distances from the start (geodesic, in cells), near to far: the nearest goals are where
 # a short budget can succeed, the farthest where only value propagation over long horizons can.
-GOAL_DISTANCES = {"maze": (5, 10, 20, 30, 45, 60), "three_routes": (3, 6, 10, 14, 18, 24)}
+GOAL_DISTANCES = {
+    "maze": (5, 10, 20, 30, 45, 60),
+    "three_routes": (3, 6, 10, 14, 18, 24),
+    # The U-maze's 7 cells: every free cell but the start's, the env's own goal last.
+    "antmaze_u": (1, 2, 3, 4, 5, 6),
+}
+
+
+def maze_of(env: str) -> Any:
+    """The env's layout: a nav :class:`~myriad.envs.layout.Layout` or an Ant maze's
+    :class:`~myriad.envs.mujoco.models.MazeLayout`."""
+    from myriad.envs.layout import Layout
+    from myriad.envs.mujoco.locomotion import AntMazeEnv
+
+    if ENVS[env].startswith("mujoco-antmaze-"):
+        return AntMazeEnv._MAZES[ENVS[env].removeprefix("mujoco-antmaze-")]
+    return Layout.load(env)
 
 
 def goals_of(env: str, count: int) -> tuple[list[tuple[float, float]], list[int]]:
     """Up to ``count`` goals at the distances of :data:`GOAL_DISTANCES` (for each, the first
     reachable cell in row-major order at that geodesic distance from the start), and their
     distances."""
-    from myriad.envs.layout import Layout
-
-    layout = Layout.load(env)
-    dist = layout.distances_from(layout.starts[0])
+    layout = maze_of(env)
+    if hasattr(layout, "starts"):  # nav
+        dist = np.where(layout.reachable, layout.distances_from(layout.starts[0]), -1)
+    else:
+        dist = layout.distances_from(layout.cells_with("r")[0])
     goals, dists = [], []
     for d in GOAL_DISTANCES[env][:count]:
-        rows, cols = np.nonzero(layout.reachable & (dist == d))
+        rows, cols = np.nonzero(dist == d)
         goals.append(layout.cell_center(int(rows[0]), int(cols[0])))
         dists.append(int(d))
     return goals, dists
 
 
-def scaled(goal: tuple[float, float], env: str) -> np.ndarray:
-    from myriad.envs.layout import Layout
+def map_frame(env: str) -> tuple[tuple[float, float], tuple[float, float]]:
+    """``(size, origin)`` of the env's map: goals are scaled to ``2 (goal - origin) / size - 1``
+    (a nav env's position scaling; an Ant maze is centred on 0)."""
+    layout = maze_of(env)
+    if hasattr(layout, "extent"):
+        hx, hy = layout.extent
+        return (2 * hx, 2 * hy), (-hx, -hy)
+    return (layout.width, layout.height), (0.0, 0.0)
 
-    layout = Layout.load(env)
-    return (np.asarray(goal, np.float32) / np.array([layout.width, layout.height]) * 2 - 1).astype(
-        np.float32
-    )
+
+def scaled(goal: tuple[float, float], env: str) -> np.ndarray:
+    size, origin = map_frame(env)
+    return ((np.asarray(goal, np.float32) - origin) / np.asarray(size) * 2 - 1).astype(np.float32)
 
 
 def goal_conditioned(
@@ -389,12 +437,9 @@ def goal_conditioned(
     """One relabelled copy of ``data`` per goal (reached within ``radius``), the goal appended
     to (next) observations."""
     from myriad.datasets.data import goal_conditioned as conditioned
-    from myriad.envs.layout import Layout
 
-    layout = Layout.load(env)
-    return conditioned(
-        data, goals, (layout.width, layout.height), clip_actions=True, goal_radius=radius
-    )
+    size, origin = map_frame(env)
+    return conditioned(data, goals, size, clip_actions=True, goal_radius=radius, origin=origin)
 
 
 # -- learners ------------------------------------------------------------------------------------
@@ -470,7 +515,9 @@ def train(
     curve: list[dict[str, Any]] = []
 
     def point(step: int, act: Any, **stats: Any) -> None:
-        scores = evaluate(act, job["env"], goals, args.eval_episodes, job["seed"], args.goal_radius)
+        scores = evaluate(
+            act, job["env"], goals, args.eval_episodes, job["seed"], goal_radius(args, job["env"])
+        )
         curve.append({"step": step, **scores, **stats})
 
     if job["learner"] == "td3":
@@ -538,7 +585,7 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
     t_data = time.perf_counter() - t0
     goals, dist = goals_of(job["env"], args.goals)
     data = load(path)
-    gc = goal_conditioned(data, job["env"], goals, args.goal_radius)
+    gc = goal_conditioned(data, job["env"], goals, goal_radius(args, job["env"]))
     reaching = [
         int(gc.terminals[i * len(data) : (i + 1) * len(data)].sum()) for i in range(len(goals))
     ]
@@ -566,19 +613,22 @@ def run_job(args: argparse.Namespace, job: dict[str, Any]) -> dict[str, Any]:
         "steps": curve[-1]["step"],
         "iql_settings": IQL_SETTINGS,
         "settings": {
-            k: getattr(args, k)
-            for k in (
-                "size",
-                "goals",
-                "td3_steps",
-                "iql_steps",
-                "curve_points",
-                "goal_radius",
-                "eval_episodes",
-                "hidden",
-                "iterations",
-                "quick",
-            )
+            **{
+                k: getattr(args, k)
+                for k in (
+                    "size",
+                    "goals",
+                    "td3_steps",
+                    "iql_steps",
+                    "curve_points",
+                    "eval_episodes",
+                    "hidden",
+                    "quick",
+                )
+            },
+            # As the run used them (the flags' defaults depend on the env).
+            "goal_radius": goal_radius(args, job["env"]),
+            "iterations": iterations(args, job["env"]),
         },
         "data_s": t_data,
         "train_s": time.perf_counter() - t1,

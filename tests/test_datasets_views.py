@@ -156,6 +156,38 @@ def test_relabel_goal_radius_counts_next_positions_within_it():
     np.testing.assert_array_equal(tagged.terminals, wide.terminals)
 
 
+def test_ant_maze_data_relabelled_for_another_goal(tmp_path):
+    """An Ant maze dataset relabelled for a goal other than the env's: terminals where the next
+    torso position is within the radius, and the observations' goal offset rewritten for the
+    new goal, both computed here from the raw observations; goal-conditioned copies carry the
+    goal scaled over the maze's extent."""
+    from myriad.datasets import load
+    from myriad.pretrain import pretrain
+
+    run = tmp_path / "run"
+    overrides = ["env=antmaze_u", "num_envs=16", "num_steps=16", "iterations=2"]
+    overrides += ["population.size=2", "progress=false", "plots=false", "tensorboard=false"]
+    pretrain(overrides, run_dir=run, quiet=True)
+    data = load(run / "dataset" / "transitions.hdf5")
+    goal, radius = (-4.0, 4.0), 0.75  # the start cell: random motion reaches it often
+    got = relabel(data, "sparse", goal, goal_radius=radius)
+    reached = np.linalg.norm(data.next_observations[:, :2] - np.asarray(goal), axis=1) <= radius
+    assert reached.sum() >= 10 and (~reached).sum() >= 10
+    np.testing.assert_array_equal(got.terminals, reached)
+    np.testing.assert_array_equal(got.rewards, reached.astype(np.float32))
+    for key in ("observations", "next_observations"):
+        before, after = getattr(data, key), getattr(got, key)
+        np.testing.assert_array_equal(after[:, :-2], before[:, :-2])
+        np.testing.assert_allclose(after[:, -2:], np.asarray(goal) - before[:, :2], atol=1e-6)
+        # The recorded offset was to the env's own goal, the far end of the U.
+        np.testing.assert_allclose(before[:, -2:], (-4.0, -4.0) - before[:, :2], atol=1e-5)
+    tagged = goal_conditioned(data, [goal], (20.0, 20.0), goal_radius=radius, origin=(-10, -10))
+    np.testing.assert_allclose(
+        tagged.observations[:, -2:], np.broadcast_to([-0.4, 0.4], (len(data), 2))
+    )
+    np.testing.assert_array_equal(tagged.terminals, reached)
+
+
 def test_relabel_refuses_non_nav_env():
     rows = make_rows([3], raw_bits=False)
     data = TransitionData.from_rows(rows, spec_of(rows))

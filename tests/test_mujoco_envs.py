@@ -164,6 +164,30 @@ def test_antmaze_reachable_cells_and_goal():
     env.close()
 
 
+def test_antmaze_goal_option_reward_and_geodesic_distance():
+    """Another goal cell: reward and termination there and not at the layout's goal, the goal
+    offset in the observation, and geodesic distances along the U (counted by hand)."""
+    env = make("mujoco-antmaze-u", 3, goal=(4.0, 4.0))
+    qpos = env.sim.field("qpos").clone()
+    qpos[:, :2] = torch.tensor([[4.0, 4.0], [-4.0, -4.0], [4.1, 3.7]], dtype=qpos.dtype)
+    env.set_state(qpos, torch.zeros(3, env.mj_model.nv))
+    obs, rew, term, _, info = env.step(torch.zeros(3, 8))
+    assert rew.tolist() == [1.0, 0.0, 1.0] and term.tolist() == [True, False, True]
+    torso = info["final_obs"][:, :2]
+    torch.testing.assert_close(info["final_obs"][:, -2:], torch.tensor([4.0, 4.0]) - torso)
+    # Cells along the U from the start corridor's west end to the goal corridor's west end.
+    along = torch.tensor(
+        [[-4.0, 4.0], [0.0, 4.0], [4.0, 4.0], [4.0, 0.0], [4.0, -4.0], [0.0, -4.0], [-4.0, -4.0]]
+    )
+    assert env.geodesic_to_goal(along).tolist() == [2, 1, 0, 1, 2, 3, 4]
+    assert env.geodesic_to_goal(torch.tensor([[0.0, 0.0], [11.0, 0.0]])).isinf().all()
+    env.close()
+    with pytest.raises(ValueError, match="not in a free cell"):
+        make("mujoco-antmaze-u", 1, goal=(0.0, 0.0))
+    with pytest.raises(ValueError, match="one task"):
+        make("mujoco-antmaze-u", 1, task="dense")
+
+
 @pytest.mark.parametrize("physics", ["fast", "gymnasium"])
 def test_an_ant_launched_over_a_wall_stays_in_the_maze(physics):
     """An ant thrown up and across the wall between the U-maze's start and goal corridors (a

@@ -159,10 +159,11 @@ def relabel(
     goal: tuple[float, float] | None = None,
     goal_radius: float | None = None,
 ) -> TransitionData:
-    """``data`` with the rewards and terminals of ``task`` for ``goal`` (NumPy data).
+    """``data`` with the rewards and terminals of ``task`` for ``goal`` (NumPy data), and its
+    observations as the env gives them with that goal where they hold it (the Ant mazes).
 
     Args:
-        data: a dataset of a nav env (episode-contiguous, features ``x, y``).
+        data: a dataset of a nav env or an Ant maze (episode-contiguous, features ``x, y``).
         task: ``"sparse"`` or ``"dense"``.
         goal: ``(x, y)``; default the env's goal.
         goal_radius: the goal is reached within this distance; default the dataset's env's.
@@ -172,6 +173,8 @@ def relabel(
     rows = relabel_rows(data.rows(), spec, reward)
     return replace(
         data,
+        observations=rows["observations"],
+        next_observations=rows["next_observations"],
         rewards=rows["rewards"],
         terminals=rows["terminals"],
         metadata={**data.metadata, "reward": reward_note(task, goal)},
@@ -184,21 +187,24 @@ def goal_conditioned(
     map_size: tuple[float, float],
     clip_actions: bool = False,
     goal_radius: float | None = None,
+    origin: tuple[float, float] = (0.0, 0.0),
 ) -> TransitionData:
     """One copy of ``data`` per goal, relabelled with that goal's sparse reward, the goal appended
     to the observations and next observations (NumPy data; ``[len(goals) * N, O + 2]``).
 
-    The goal is scaled like a nav env's position, ``2 * goal / map_size - 1``, so the learner sees
-    it in the observation's units. ``clip_actions`` clips the actions to ``[-1, 1]``, the actions
-    the env executed (a Gaussian policy's samples are stored as drawn). ``goal_radius``: a
-    transition reaches the goal when its next position is within this distance (default the
-    dataset's env's).
+    The goal is scaled to ``[-1, 1]`` over the map, ``2 * (goal - origin) / map_size - 1`` (a nav
+    env's position scaling; an Ant maze, centred on 0, has ``origin = -extent``), so the learner
+    sees it in the units of a nav observation. ``clip_actions`` clips the actions to ``[-1, 1]``,
+    the actions the env executed (a Gaussian policy's samples are stored as drawn).
+    ``goal_radius``: a transition reaches the goal when its next position is within this
+    distance (default the dataset's env's).
     """
     size = np.asarray(map_size, np.float32)
+    low = np.asarray(origin, np.float32)
     parts = []
     for goal in goals:
         r = relabel(data, "sparse", goal, goal_radius)
-        scaled = (np.asarray(goal, np.float32) / size * 2 - 1).astype(np.float32)
+        scaled = ((np.asarray(goal, np.float32) - low) / size * 2 - 1).astype(np.float32)
         g = np.broadcast_to(scaled, (len(r), 2))
         parts.append(
             {

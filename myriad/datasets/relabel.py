@@ -1,10 +1,11 @@
 """Task rewards for reward-free datasets: one pretraining dataset serves several downstream tasks.
 
-For the nav suite (``nav-*`` envs, any layout) the task reward of a transition depends only on the
-next state's position, so it can be recomputed for any goal: ``"sparse"`` gives ``+1`` and a
-terminal on reaching the goal, ``"dense"`` adds minus the normalised geodesic distance to the goal,
-computed by the env's own :meth:`myriad.envs.nav.PointNavEnv.task_reward` (the function the env
-steps with).
+For the nav suite (``nav-*`` envs, any layout) and the Ant mazes (``mujoco-antmaze-*``) the task
+reward of a transition depends only on the next state's position, so it can be recomputed for any
+goal: ``"sparse"`` gives ``+1`` and a terminal on reaching the goal, ``"dense"`` (nav suite) adds
+minus the normalised geodesic distance to the goal, computed by the env's own ``task_reward``
+(the function the env steps with). Where the observation holds the goal (the Ant mazes' goal
+offset), it is rewritten for the new goal by the env's ``observations_for_goal``.
 
 The next state's position is the next row's ``infos/x, infos/y`` inside an episode, and at an
 episode's last row (where the next row belongs to another episode) it is read back from
@@ -29,7 +30,7 @@ TASKS = ("sparse", "dense")
 
 
 class NavGoalReward:
-    """The nav suite's task reward for one goal.
+    """The task reward for one goal of a nav env or an Ant maze.
 
     Args:
         env: the dataset's env name (``metadata["env"]``).
@@ -50,6 +51,7 @@ class NavGoalReward:
         goal_radius: float | None = None,
     ) -> None:
         from myriad.envs import make
+        from myriad.envs.mujoco.locomotion import AntMazeEnv
         from myriad.envs.nav import PointNavEnv
 
         if task not in TASKS:
@@ -61,10 +63,11 @@ class NavGoalReward:
         if goal_radius is not None:
             opts["goal_radius"] = float(goal_radius)
         nav = make(env, 1, "cpu", **opts)
-        if not isinstance(nav, PointNavEnv):
+        if not isinstance(nav, (PointNavEnv, AntMazeEnv)):
             nav.close()
             raise ValueError(
-                f"relabelling needs an env of the nav suite (nav-*), the dataset's env is {env!r}"
+                "relabelling needs an env of the nav suite (nav-*) or an Ant maze "
+                f"(mujoco-antmaze-*), the dataset's env is {env!r}"
             )
         self.task = task
         self.env = nav
@@ -85,6 +88,14 @@ class NavGoalReward:
     def positions(self, observations: np.ndarray) -> np.ndarray:
         """World positions ``[N, 2]`` encoded in observations ``[N, O]``."""
         return self.env.positions(torch.as_tensor(observations, dtype=torch.float32)).numpy()
+
+    def observations(self, observations: np.ndarray) -> np.ndarray:
+        """``observations [N, O]`` as the env would give them with this goal (unchanged where
+        they do not hold the goal)."""
+        rewrite = getattr(self.env, "observations_for_goal", None)
+        if rewrite is None:
+            return observations
+        return rewrite(torch.as_tensor(observations)).numpy().astype(observations.dtype)
 
     def __call__(self, next_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(rewards [N] float32, terminals [N] bool)`` of transitions reaching
@@ -126,7 +137,13 @@ def relabel_rows(rows: Rows, spec: DatasetSpec, reward: NavGoalReward) -> Rows:
     if len(rows["rewards"]) == 0:
         return rows
     rewards, terminals = reward(_next_positions(rows, spec, reward))
-    return {**rows, "rewards": rewards, "terminals": terminals}
+    return {
+        **rows,
+        "observations": reward.observations(rows["observations"]),
+        "next_observations": reward.observations(rows["next_observations"]),
+        "rewards": rewards,
+        "terminals": terminals,
+    }
 
 
 def relabel_stream(

@@ -14,6 +14,7 @@ import abc
 import functools
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from myriad.envs.base import FeatureSpec
@@ -359,12 +360,21 @@ class AntMazeEnv(AntEnv):
     Entropy features: torso ``(x, y)`` in the maze's extent; the coverage grid has
     ``sub x sub`` cells per maze cell and ``features.reachable`` marks the free ones.
 
+    The goal API of the nav suite (:class:`myriad.envs.nav.PointNavEnv`) is shared, so that
+    :mod:`myriad.datasets.relabel` recomputes a dataset's rewards for any goal: :attr:`pos`,
+    :meth:`positions`, :meth:`task_reward`, :meth:`geodesic_to_goal` (in maze cells) and
+    :meth:`observations_for_goal`.
+
     Args:
         maze: ``"u"`` (5 x 5 U-maze) or ``"medium"`` (8 x 8).
         max_episode_steps: time limit (Gymnasium-Robotics: 700 in the U-maze, 1000 in the
             medium maze, as registered).
         goal_radius: success distance in metres (Gymnasium-Robotics: 0.45).
         cells_per_maze_cell: coverage grid resolution per maze cell.
+        goal: ``(x, y)`` of the goal in metres, in a free cell (default: the centre of the
+            layout's ``g`` cell).
+        task: ``"sparse"`` (the only task; the option exists so that relabelling passes the
+            same options to every goal env).
     """
 
     _MAZES: ClassVar[dict[str, MazeLayout]] = {"u": U_MAZE, "medium": MEDIUM_MAZE}
@@ -383,16 +393,33 @@ class AntMazeEnv(AntEnv):
         cells_per_maze_cell: int = 4,
         num_workers: int | None = None,
         validate: bool = True,
+        goal: tuple[float, float] | None = None,
+        task: str = "sparse",
     ):
         if maze not in self._MAZES:
             raise ValueError(f"maze must be one of {sorted(self._MAZES)}, got {maze!r}")
+        if task != "sparse":
+            raise ValueError(f"the Ant mazes have one task, 'sparse'; got {task!r}")
         self.layout = self._MAZES[maze]
         self.goal_radius = float(goal_radius)
         self.sub = int(cells_per_maze_cell)
+        self.task = task
         (start,) = self.layout.cells_with("r")
-        (goal,) = self.layout.cells_with("g")
         self._start_xy = self.layout.cell_center(*start)
-        self._goal_xy_host = self.layout.cell_center(*goal)
+        if goal is None:
+            (cell,) = self.layout.cells_with("g")
+            self._goal_xy_host = self.layout.cell_center(*cell)
+        else:
+            self._goal_xy_host = (float(goal[0]), float(goal[1]))
+            found = self.layout.cell_of(*self._goal_xy_host)
+            if found is None:
+                raise ValueError(
+                    f"goal {tuple(goal)} is not in a free cell of the maze; pick (x, y) in "
+                    f"metres inside a free cell (free cell centres: "
+                    f"{[self.layout.cell_center(*c) for c in self.layout.free_cells()]})"
+                )
+            cell = found
+        self._goal_cell = cell
         super().__init__(
             num_envs, device, model, backend, max_episode_steps, 1.0, num_workers, validate
         )
@@ -432,14 +459,57 @@ class AntMazeEnv(AntEnv):
     def _task_step(
         self, actions: torch.Tensor, ctrl: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        xy = self.sim.field("qpos")[:, :2]
-        self._reached = (xy - self.goal_xy).norm(dim=1) <= self.goal_radius
-        return self._reached.to(self.sim.dtype), self._reached
+        reward, self._reached = self.task_reward(self.sim.field("qpos")[:, :2])
+        return reward, self._reached
 
     def _task_obs(self) -> torch.Tensor:
         qpos, qvel = self.sim.field("qpos"), self.sim.field("qvel")
         xy = qpos[:, :2]
         return torch.cat([xy, qpos[:, 2:], qvel, self.goal_xy - xy], dim=1)
+
+    # -- the goal API shared with the nav suite (relabelling, goal-reaching evaluation) ----------
+    @property
+    def pos(self) -> torch.Tensor:
+        """Torso positions ``[E, 2]`` in metres."""
+        return self.sim.field("qpos")[:, :2]
+
+    def positions(self, observations: torch.Tensor) -> torch.Tensor:
+        """Torso positions ``[N, 2]`` of observations ``[N, 31]``."""
+        return observations[:, :2]
+
+    def task_reward(
+        self, pos: torch.Tensor, goal_index: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reward of arriving at ``pos [N, 2]`` and whether the goal is reached, ``[N]``
+        each: 1 within :attr:`goal_radius` of the goal, else 0 (``goal_index``: the nav suite's
+        signature; an Ant maze has one goal)."""
+        goal = self.goal_xy.to(device=pos.device, dtype=pos.dtype)
+        reached = (pos - goal).norm(dim=1) <= self.goal_radius
+        return reached.to(pos.dtype), reached
+
+    def geodesic_to_goal(
+        self, pos: torch.Tensor, goal_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Geodesic distance in maze cells ``[N]`` (float) from the cell of each position
+        ``pos [N, 2]`` to the goal's cell (4-connected moves around walls; ``inf`` for a
+        position outside the free cells)."""
+        table = torch.as_tensor(self._goal_distance, dtype=torch.float32)
+        rows, cols = self.layout.cells_of(pos.detach().cpu().double().numpy())
+        inside = torch.as_tensor(rows >= 0)
+        out = torch.full((len(pos),), float("inf"))
+        out[inside] = table[torch.as_tensor(rows[rows >= 0]), torch.as_tensor(cols[rows >= 0])]
+        return out.to(pos.device)
+
+    @functools.cached_property
+    def _goal_distance(self) -> np.ndarray:
+        """Geodesic distance ``[n_rows, n_cols]`` from the goal's cell to every cell."""
+        return self.layout.distances_from(self._goal_cell)
+
+    def observations_for_goal(self, observations: torch.Tensor) -> torch.Tensor:
+        """``observations [N, 31]`` as this env's goal would give them (the goal offset, the
+        last two entries, recomputed from the torso position)."""
+        goal = self.goal_xy.to(device=observations.device, dtype=observations.dtype)
+        return torch.cat([observations[:, :-2], goal - observations[:, :2]], dim=1)
 
     def _extra_info(self, done: torch.Tensor) -> dict:
         info = super()._extra_info(done)

@@ -164,6 +164,50 @@ class MazeLayout:
         n_rows, n_cols = self.shape
         return n_cols * self.scale / 2, n_rows * self.scale / 2
 
+    def free_cells(self) -> list[tuple[int, int]]:
+        """``(row, col)`` of every cell that is not a wall."""
+        return [(r, c) for r, row in enumerate(self.rows) for c, ch in enumerate(row) if ch != "1"]
+
+    def cells_of(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(row, col)`` index arrays ``[N]`` of the cells holding positions ``xy [N, 2]`` in
+        metres; ``(-1, -1)`` where a position is outside the free cells."""
+        hx, hy = self.extent
+        n_rows, n_cols = self.shape
+        col = np.floor((xy[:, 0] + hx) / self.scale).astype(int)
+        row = np.floor((hy - xy[:, 1]) / self.scale).astype(int)
+        inside = (col >= 0) & (col < n_cols) & (row >= 0) & (row < n_rows)
+        free = np.array([[ch != "1" for ch in r] for r in self.rows])
+        inside[inside] = free[row[inside], col[inside]]
+        return np.where(inside, row, -1), np.where(inside, col, -1)
+
+    def cell_of(self, x: float, y: float) -> tuple[int, int] | None:
+        """The free cell ``(row, col)`` holding ``(x, y)``, or None."""
+        rows, cols = self.cells_of(np.array([[x, y]], dtype=np.float64))
+        return None if rows[0] < 0 else (int(rows[0]), int(cols[0]))
+
+    def distances_from(self, cell: tuple[int, int]) -> np.ndarray:
+        """Geodesic distance in cells ``[n_rows, n_cols]`` from ``cell`` to every cell
+        (4-connected moves between free cells; ``inf`` for walls and unreachable cells)."""
+        n_rows, n_cols = self.shape
+        dist = np.full((n_rows, n_cols), np.inf)
+        dist[cell] = 0
+        frontier = [cell]
+        while frontier:
+            nxt = []
+            for r, c in frontier:
+                for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+                    rr, cc = r + dr, c + dc
+                    if (
+                        0 <= rr < n_rows
+                        and 0 <= cc < n_cols
+                        and self.rows[rr][cc] != "1"
+                        and dist[rr, cc] == np.inf
+                    ):
+                        dist[rr, cc] = dist[r, c] + 1
+                        nxt.append((rr, cc))
+            frontier = nxt
+        return dist
+
     def walls_xy(self) -> np.ndarray:
         """Walls indexed ``[ix, iy]`` (x, then y upward), ``[n_cols, n_rows]`` bool (the
         :class:`~myriad.envs.base.EnvLayout` of the VecEnv contract)."""
