@@ -19,7 +19,7 @@ episodes; ``timeouts`` are kept.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -27,6 +27,18 @@ import torch
 from myriad.datasets.schema import DatasetSpec, Rows, concat_rows, take_rows
 
 TASKS = ("sparse", "dense")
+
+
+@runtime_checkable
+class GoalEnv(Protocol):
+    """The goal API relabelling needs (``PointNavEnv``, ``AntMazeEnv``): positions from
+    observations and the reward of arriving at a position."""
+
+    def positions(self, observations: torch.Tensor) -> torch.Tensor: ...
+
+    def task_reward(
+        self, pos: torch.Tensor, goal_index: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class NavGoalReward:
@@ -51,8 +63,6 @@ class NavGoalReward:
         goal_radius: float | None = None,
     ) -> None:
         from myriad.envs import make
-        from myriad.envs.mujoco.locomotion import AntMazeEnv
-        from myriad.envs.nav import PointNavEnv
 
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; relabelling supports {TASKS}")
@@ -63,7 +73,7 @@ class NavGoalReward:
         if goal_radius is not None:
             opts["goal_radius"] = float(goal_radius)
         nav = make(env, 1, "cpu", **opts)
-        if not isinstance(nav, (PointNavEnv, AntMazeEnv)):
+        if not isinstance(nav, GoalEnv):
             nav.close()
             raise ValueError(
                 "relabelling needs an env of the nav suite (nav-*) or an Ant maze "
