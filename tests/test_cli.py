@@ -25,6 +25,14 @@ def test_envs_check_ok_and_unknown(capsys):
     assert "Did you mean nav-maze" in capsys.readouterr().err
 
 
+def test_a_negative_value_gets_told_to_follow_an_equals_sign(tmp_path, capsys):
+    """``--goal -4,4`` reads as an option to argparse: the one line says how to pass it."""
+    with pytest.raises(SystemExit):
+        main(["dataset", "info", str(tmp_path / "d.hdf5"), "--goal", "-4,4"])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--goal=-4,4" in err
+
+
 def test_bench_envs_writes_json(tmp_path):
     out = tmp_path / "envs.json"
     code = main(

@@ -14,6 +14,10 @@ class ArgumentParser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
+        if message.endswith("expected one argument"):
+            # argparse reads a value such as "-4,4" (a negative coordinate) as an option.
+            option = message.split(":")[0].removeprefix("argument ").split("/")[-1]
+            message += f"; a value that starts with '-' goes after '=': {option}=-4,4"
         print(f"myriad: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
