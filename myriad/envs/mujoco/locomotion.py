@@ -373,8 +373,9 @@ class AntMazeEnv(AntEnv):
         cells_per_maze_cell: coverage grid resolution per maze cell.
         goal: ``(x, y)`` of the goal in metres, in a free cell (default: the centre of the
             layout's ``g`` cell).
-        task: ``"sparse"`` (the only task; the option exists so that relabelling passes the
-            same options to every goal env).
+        task: ``"sparse"``, the only reward (the option exists so that relabelling passes the
+            same options to every goal env; the ``task`` attribute stays None, as for any env
+            with one reward).
     """
 
     _MAZES: ClassVar[dict[str, MazeLayout]] = {"u": U_MAZE, "medium": MEDIUM_MAZE}
@@ -403,7 +404,6 @@ class AntMazeEnv(AntEnv):
         self.layout = self._MAZES[maze]
         self.goal_radius = float(goal_radius)
         self.sub = int(cells_per_maze_cell)
-        self.task = task
         (start,) = self.layout.cells_with("r")
         self._start_xy = self.layout.cell_center(*start)
         if goal is None:
