@@ -52,6 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @torch.no_grad()
 def roll_out(run: Path, model: str, num_envs: int, seed: int) -> dict[str, Any]:
     """One episode of every env under ``model``'s physics, the final members acting."""
+    from myriad.entropy.coverage import coverage
     from myriad.envs import make
     from myriad.rl.saved_population import load_population
 
@@ -83,21 +84,22 @@ def roll_out(run: Path, model: str, num_envs: int, seed: int) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     env.close()
     xy_all, z_all = np.concatenate(xy), np.concatenate(z)
-    layout = env.layout
-    grid = env.features
-    low, high = np.asarray(grid.low), np.asarray(grid.high)
-    cells = np.asarray(grid.cells)
-    idx = np.clip(np.floor((xy_all - low) / (high - low) * cells).astype(int), 0, cells - 1)
-    visited = np.zeros(tuple(cells), bool)
+    layout, grid = env.layout, env.features
     inside = layout.cells_of(xy_all.astype(np.float64))[0] >= 0
-    visited[tuple(idx[inside].T)] = True
+    visited = coverage(
+        torch.as_tensor(xy_all),
+        grid.low,
+        grid.high,
+        grid.cells,
+        reachable=torch.as_tensor(grid.reachable),
+    )
     return {
         "states": len(xy_all),
         "outside_free_cells": float(1 - inside.mean()),
         "above_walls": float((z_all > layout.wall_height).mean()),
         "torso_z_max": float(z_all.max()),
         "goal_episodes": float(reached.float().mean()),
-        "union_coverage": float(visited[grid.reachable].mean()),
+        "union_coverage": visited.union,
         "rollout_s": seconds,
     }
 

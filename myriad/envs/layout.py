@@ -75,7 +75,7 @@ class Layout:
 
         Unreachable cells get ``-1``.
         """
-        return _bfs(~self.walls, [cell])
+        return bfs_distances(~self.walls, [cell])
 
     def text(self) -> str:
         rows = []
@@ -121,7 +121,7 @@ class Layout:
         goals = tuple((int(r), int(c)) for r, c in zip(*np.nonzero(grid == GOAL)))
         if not starts:
             raise LayoutError(f"layout {name!r} has no start cell: mark at least one with 'S'")
-        reachable = _bfs(~walls, list(starts)) >= 0
+        reachable = bfs_distances(~walls, list(starts)) >= 0
         for r, c in goals:
             if not reachable[r, c]:
                 raise LayoutError(
@@ -148,7 +148,7 @@ class Layout:
         )
 
 
-def _bfs(free: np.ndarray, sources: list[tuple[int, int]]) -> np.ndarray:
+def bfs_distances(free: np.ndarray, sources: list[tuple[int, int]]) -> np.ndarray:
     """4-connected breadth-first distances over ``free`` cells from ``sources``; -1 unreached."""
     dist = np.full(free.shape, -1, dtype=np.int64)
     queue: deque[tuple[int, int]] = deque()

@@ -164,9 +164,15 @@ class MazeLayout:
         n_rows, n_cols = self.shape
         return n_cols * self.scale / 2, n_rows * self.scale / 2
 
+    @property
+    def free(self) -> np.ndarray:
+        """``[n_rows, n_cols]`` bool, row 0 at the top: True where the cell is not a wall."""
+        return np.array([[ch != "1" for ch in row] for row in self.rows], dtype=bool)
+
     def free_cells(self) -> list[tuple[int, int]]:
         """``(row, col)`` of every cell that is not a wall."""
-        return [(r, c) for r, row in enumerate(self.rows) for c, ch in enumerate(row) if ch != "1"]
+        rows, cols = np.nonzero(self.free)
+        return [(int(r), int(c)) for r, c in zip(rows, cols)]
 
     def cells_of(self, xy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(row, col)`` index arrays ``[N]`` of the cells holding positions ``xy [N, 2]`` in
@@ -176,8 +182,7 @@ class MazeLayout:
         col = np.floor((xy[:, 0] + hx) / self.scale).astype(int)
         row = np.floor((hy - xy[:, 1]) / self.scale).astype(int)
         inside = (col >= 0) & (col < n_cols) & (row >= 0) & (row < n_rows)
-        free = np.array([[ch != "1" for ch in r] for r in self.rows])
-        inside[inside] = free[row[inside], col[inside]]
+        inside[inside] = self.free[row[inside], col[inside]]
         return np.where(inside, row, -1), np.where(inside, col, -1)
 
     def cell_of(self, x: float, y: float) -> tuple[int, int] | None:
@@ -188,24 +193,10 @@ class MazeLayout:
     def distances_from(self, cell: tuple[int, int]) -> np.ndarray:
         """Geodesic distance in cells ``[n_rows, n_cols]`` from ``cell`` to every cell
         (4-connected moves between free cells; ``inf`` for walls and unreachable cells)."""
-        n_rows, n_cols = self.shape
-        dist = np.full((n_rows, n_cols), np.inf)
-        dist[cell] = 0
-        frontier = [cell]
-        while frontier:
-            nxt = []
-            for r, c in frontier:
-                for dr, dc in ((1, 0), (-1, 0), (0, 1), (0, -1)):
-                    rr, cc = r + dr, c + dc
-                    if (
-                        0 <= rr < n_rows
-                        and 0 <= cc < n_cols
-                        and self.rows[rr][cc] != "1"
-                        and dist[rr, cc] == np.inf
-                    ):
-                        dist[rr, cc] = dist[r, c] + 1
-                        nxt.append((rr, cc))
-            frontier = nxt
+        from myriad.envs.layout import bfs_distances
+
+        dist = bfs_distances(self.free, [cell]).astype(np.float64)
+        dist[dist < 0] = np.inf
         return dist
 
     def walls_xy(self) -> np.ndarray:
@@ -216,9 +207,8 @@ class MazeLayout:
     def free_grid(self, sub: int) -> np.ndarray:
         """Bool grid ``[n_cols * sub, n_rows * sub]`` indexed ``[ix, iy]`` (x then y, y upward):
         True where the cell is not a wall."""
-        free = np.array([[ch != "1" for ch in row] for row in self.rows], dtype=bool)
         # rows run from top (max y) to bottom; feature axis y runs upward.
-        grid_xy = free[::-1].T
+        grid_xy = self.free[::-1].T
         return np.kron(grid_xy, np.ones((sub, sub), dtype=bool))
 
     def add_walls(self, spec: mujoco.MjSpec) -> None:
