@@ -113,8 +113,9 @@ IQL_SETTINGS = {"expectile": 0.9, "weight_temp": 10.0, "reward_offset": -1.0}
 
 def iql(hidden: int, expectile: float, weight_temp: float) -> Any:
     """d3rlpy's IQL on the CPU with ``hidden x hidden`` networks, batch 256, gamma 0.99."""
-    import d3rlpy
+    from myriad.datasets import import_d3rlpy
 
+    d3rlpy = import_d3rlpy()
     enc = d3rlpy.models.VectorEncoderFactory([hidden, hidden])
     return d3rlpy.algos.IQLConfig(
         actor_encoder_factory=enc,
@@ -544,10 +545,11 @@ def train(
     import logging
     from dataclasses import replace
 
-    import d3rlpy
     import structlog
 
-    from myriad.datasets import to_d3rlpy
+    from myriad.datasets import import_d3rlpy, to_d3rlpy
+
+    d3rlpy = import_d3rlpy()
 
     # ERROR: d3rlpy warns at every fitter after the first that its models are already built.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))

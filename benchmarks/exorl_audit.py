@@ -139,10 +139,11 @@ def evaluation_audit(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def iql_audit(args: argparse.Namespace) -> dict[str, Any]:
-    import d3rlpy
     import structlog
 
-    from myriad.datasets import to_d3rlpy
+    from myriad.datasets import import_d3rlpy, to_d3rlpy
+
+    d3rlpy = import_d3rlpy()
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     env, gi = "maze", 0
@@ -191,10 +192,10 @@ def iql_audit(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cost(args: argparse.Namespace) -> dict[str, Any]:
-    import d3rlpy
-
-    from myriad.datasets import to_d3rlpy
+    from myriad.datasets import import_d3rlpy, to_d3rlpy
     from myriad.rl.td3 import OfflineTD3, TD3Config
+
+    d3rlpy = import_d3rlpy()
 
     env = "maze"
     goals, _ = exorl.goals_of(env, 6)

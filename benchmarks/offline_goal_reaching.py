@@ -176,12 +176,13 @@ def train_and_evaluate(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     import logging
 
-    import d3rlpy
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
-    from myriad.datasets import to_d3rlpy
+    from myriad.datasets import import_d3rlpy, to_d3rlpy
+
+    d3rlpy = import_d3rlpy()
 
     t0 = time.perf_counter()
     data = goal_conditioned(job["data"], job["goals"])

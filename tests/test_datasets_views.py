@@ -248,6 +248,31 @@ def test_d3rlpy_conversion_keeps_every_transition(tmp_path):
     assert (batch.next_observations[~live] == 0).all()
 
 
+@pytest.mark.skipif(not available("d3rlpy"), reason="d3rlpy not installed (offline extra)")
+def test_d3rlpy_import_drops_only_gyms_notice():
+    import subprocess
+    import sys
+
+    from myriad.datasets.d3rlpy_adapter import without_gym_notice
+
+    plain = subprocess.run(
+        [sys.executable, "-c", "import d3rlpy"], capture_output=True, text=True, check=True
+    ).stderr
+    code = "from myriad.datasets import import_d3rlpy; print(import_d3rlpy().__name__)"
+    ours = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert ours.stdout.strip() == "d3rlpy"
+    if "gym" in plain.lower():  # the installed gym prints its notice on import
+        assert "gym" not in ours.stderr.lower()
+    assert ours.stderr == without_gym_notice(plain)
+    other = "UserWarning: something else\n"
+    assert without_gym_notice(other) == other
+
+
 def test_load_relabels_on_the_fly(tmp_path):
     data = nav_rollout("sparse", (1.5, 13.5))
     plain = TransitionData(**{**data.__dict__, "terminals": np.zeros_like(data.terminals)})

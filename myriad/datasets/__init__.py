@@ -6,7 +6,7 @@ zarr v3 replay buffers (:class:`ZarrWriter`), Minari datasets (:class:`MinariWri
 :func:`relabel` computes task rewards; :func:`to_d3rlpy` hands the data to d3rlpy.
 """
 
-from myriad.datasets.d3rlpy_adapter import to_d3rlpy
+from myriad.datasets.d3rlpy_adapter import import_d3rlpy, to_d3rlpy
 from myriad.datasets.data import TransitionData, load, qlearning_dataset, relabel
 from myriad.datasets.episodes import EpisodeAssembler, random_policy_rows
 from myriad.datasets.export import ExportResult, export
@@ -52,6 +52,7 @@ __all__ = [
     "detect_format",
     "export",
     "final_population_rows",
+    "import_d3rlpy",
     "iteration_range",
     "load",
     "open_reader",

@@ -10,6 +10,10 @@ flagged as the timeout). d3rlpy then yields exactly our ``N`` transitions, each 
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -50,6 +54,39 @@ def d3rlpy_arrays(data: TransitionData) -> dict[str, np.ndarray]:
     }
 
 
+def import_d3rlpy() -> ModuleType:
+    """d3rlpy, imported without the notice that its ``gym`` dependency prints.
+
+    d3rlpy 2.x imports the unmaintained ``gym`` package, which prints a four-line deprecation
+    notice to stderr on import; myriad never calls gym, so the notice tells a user nothing they
+    can act on. Everything else written to stderr during the import (warnings included) is passed
+    through unchanged. Raises :class:`~myriad.utils.optional.MissingDependencyError` (one line,
+    naming the ``offline`` extra) when d3rlpy is not installed.
+    """
+    if "d3rlpy" in sys.modules:
+        return sys.modules["d3rlpy"]
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            module = require("d3rlpy", extra="offline")
+    finally:
+        sys.stderr.write(without_gym_notice(captured.getvalue()))
+    return module
+
+
+def without_gym_notice(text: str) -> str:
+    """``text`` with the installed gym version's import notice (from ``gym_notices``) removed."""
+    try:
+        from importlib.metadata import version
+
+        from gym_notices.notices import notices
+
+        notice = notices.get(version("gym"))
+    except Exception:  # no gym or no notice table: nothing to remove
+        return text
+    return text.replace(f"{notice}\n", "", 1) if notice else text
+
+
 def to_d3rlpy(data: TransitionData, vectorised_sampling: bool = True) -> Any:
     """A ``d3rlpy.dataset.MDPDataset`` (a ``ReplayBuffer``) with every transition of ``data``.
 
@@ -65,7 +102,7 @@ def to_d3rlpy(data: TransitionData, vectorised_sampling: bool = True) -> Any:
     """
     if len(data) == 0:
         raise ValueError("the dataset is empty: d3rlpy needs at least one transition")
-    require("d3rlpy", extra="offline")
+    import_d3rlpy()
     from d3rlpy import ActionSpace
     from d3rlpy.dataset import MDPDataset
 
