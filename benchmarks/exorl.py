@@ -37,10 +37,11 @@ method on the fixed data, evaluate the task policy. Here:
 The script is resumable run by run: every finished run writes one JSON under
 ``<out>/runs/`` and a finished run is never repeated; pretraining runs and datasets are kept under
 ``--work``. Runs go in a fixed order (see :func:`plan`): both envs and all four data sources per
-seed before the next seed, TD3 then IQL, the dataset-size sweep (TD3, maze) after the first two
-seeds. ``--report`` aggregates the finished runs: IQM and 95% stratified bootstrap intervals
-over seeds (rliable, ``benchmarks/seed_statistics.py``), success against goal distance and
-against dataset size, and the dataset measures of ``myriad dataset info`` beside each source.
+seed before the next seed, TD3 then IQL; the dataset-size sweep (TD3, maze) of the first two seeds
+after seed 1, of each later seed after that seed. ``--report`` aggregates the finished runs: IQM
+and 95% stratified bootstrap intervals over seeds (rliable, ``benchmarks/seed_statistics.py``),
+success against goal distance and against dataset size, and the dataset measures of
+``myriad dataset info`` beside each source.
 
     nice -n 10 python benchmarks/exorl.py                # run (resumable)
     python benchmarks/exorl.py --report                  # aggregate what has finished
@@ -237,8 +238,12 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     for seed in range(args.seeds):
         add(range(seed, seed + 1), ("td3",), tuple(ENVS), [args.size])
         add(range(seed, seed + 1), ("iql",), tuple(ENVS), [args.size])
+        # The size sweep (TD3, maze) of seeds 0-1 runs after seed 1's main runs, each later
+        # seed's right after its own: the first figures against size come early.
         if seed == 1:
             add(range(2), ("td3",), ("maze",), list(args.sizes))
+        elif seed > 1:
+            add(range(seed, seed + 1), ("td3",), ("maze",), list(args.sizes))
     return jobs
 
 

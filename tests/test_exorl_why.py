@@ -383,3 +383,20 @@ def test_remedies_are_paired_by_seed_with_the_populations_runs(capsys):
     assert r["sign_test_p"] == pytest.approx(2 * 0.5**2)  # two of two, two-sided
     assert r["mean"] == pytest.approx(np.mean([0.9, 0.9, 0.8, 0.1]))
     capsys.readouterr()
+
+
+def test_plan_runs_the_size_sweep_for_every_seed_once() -> None:
+    """Every seed gets the dataset-size sweep (TD3, maze) once, each run once in the plan."""
+    exorl = _module("exorl")
+    args = exorl.parse_args(["--seeds", "5", "--sizes", "25000", "400000"])
+    jobs = exorl.plan(args)
+    ids = [exorl.run_id(**job) for job in jobs]
+    assert len(ids) == len(set(ids))
+    swept = {(j["seed"], j["size"], j["source"]) for j in jobs if j["size"] != args.size}
+    assert swept == {
+        (seed, size, source)
+        for seed in range(5)
+        for size in (25000, 400000)
+        for source in args.sources
+    }
+    assert all(j["learner"] == "td3" and j["env"] == "maze" for j in jobs if j["size"] != args.size)
