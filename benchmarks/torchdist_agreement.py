@@ -20,9 +20,7 @@ Writes ``benchmarks/results/torchdist_agreement.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from myriad.bench.common import machine_info, print_table, torchrun_prefix, write_json
+from myriad.bench.common import machine_info, print_table, run_myriad_over_ranks, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The agreement runs are the test suite's tiny pretraining, read from the suite itself: the
@@ -45,22 +43,9 @@ TINY = [*TINY_PRETRAIN, "plots=false"]
 def run(run_dir: Path, overrides: list[str], ranks: int) -> dict[str, Any]:
     """One pretraining, in one process (``ranks == 1``) or over ``ranks`` torchrun ranks;
     returns its summary and per-iteration history."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    env.pop("WORLD_SIZE", None)
-    args = ["pretrain", "--run-dir", str(run_dir), *overrides]
-    if ranks == 1:
-        command = [sys.executable, "-m", "myriad", *args]
-    else:
-        command = [*torchrun_prefix(ranks), "-m", "myriad", *args]
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    import torch
-
-    summary = json.loads((run_dir / "summary.json").read_text())
-    last = sorted((run_dir / "checkpoints").glob("iter_*.pt"))[-1]
-    history = torch.load(last, weights_only=True)["logger"]["history"]
-    return {"summary": summary, "history": history}
+    return run_myriad_over_ranks(
+        ["pretrain", "--run-dir", str(run_dir), *overrides], run_dir, ranks
+    )
 
 
 def agreement(seeds: list[int], root: Path) -> dict[str, Any]:

@@ -23,9 +23,7 @@ Writes ``benchmarks/results/torchdist_finetune_agreement.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from myriad.bench.common import machine_info, print_table, torchrun_prefix, write_json
+from myriad.bench.common import machine_info, print_table, run_myriad_over_ranks, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # The config and its per-algorithm settings are the test's, read from the test file itself: its
@@ -47,20 +45,9 @@ QUANTITIES = ("return_last3", "leader_return_last3", "eval_leader_return")
 def run(run_dir: Path, algo: str, overrides: list[str], ranks: int) -> dict[str, Any]:
     """One finetuning, in one process (``ranks == 1``) or over ``ranks`` torchrun ranks;
     returns its summary and per-iteration history."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    env.pop("WORLD_SIZE", None)
-    args = ["finetune", "--algo", algo, "--run-dir", str(run_dir), *overrides]
-    launcher = [*torchrun_prefix(ranks), "-m"] if ranks > 1 else [sys.executable, "-m"]
-    command = [*launcher, "myriad", *args]
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    import torch
-
-    summary = json.loads((run_dir / "summary.json").read_text())
-    last = sorted((run_dir / "checkpoints").glob("iter_*.pt"))[-1]
-    history = torch.load(last, weights_only=True)["logger"]["history"]
-    return {"summary": summary, "history": history}
+    return run_myriad_over_ranks(
+        ["finetune", "--algo", algo, "--run-dir", str(run_dir), *overrides], run_dir, ranks
+    )
 
 
 def last3(history: dict[str, list[list[float]]], key: str) -> float:

@@ -119,3 +119,22 @@ def torchrun_prefix(ranks: int) -> list[str]:
         "--master_addr=127.0.0.1",
         f"--master_port={free_port()}",
     ]
+
+
+def run_myriad_over_ranks(args: list[str], run_dir: Path, ranks: int) -> dict[str, Any]:
+    """``python -m myriad <args>`` (which must write its run to ``run_dir``) in one process
+    (``ranks == 1``) or over ``ranks`` torchrun ranks on the loopback, one thread each; returns
+    the run's summary and the per-iteration history of its last checkpoint.
+
+    Raises ``RuntimeError`` with the end of stderr when the command fails."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    env.pop("WORLD_SIZE", None)  # a launch inside a launch would join the outer group
+    launcher = [*torchrun_prefix(ranks), "-m"] if ranks > 1 else [sys.executable, "-m"]
+    command = [*launcher, "myriad", *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    last = sorted((run_dir / "checkpoints").glob("iter_*.pt"))[-1]
+    history = torch.load(last, weights_only=True)["logger"]["history"]
+    return {"summary": summary, "history": history}
